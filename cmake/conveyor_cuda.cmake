@@ -1,0 +1,31 @@
+# Decides CONVEYOR_HAS_CUDA from CONVEYOR_WITH_CUDA (AUTO / ON / OFF) and enables the
+# CUDA language with an explicit architecture list: configure runs on machines with no
+# GPU, where `native` fails.
+set(CONVEYOR_HAS_CUDA OFF)
+if(CONVEYOR_WITH_CUDA STREQUAL "OFF")
+  return()
+endif()
+if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc CACHE FILEPATH "CUDA compiler")
+endif()
+include(CheckLanguage)
+check_language(CUDA)
+if(NOT CMAKE_CUDA_COMPILER)
+  if(CONVEYOR_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "CONVEYOR_WITH_CUDA=ON but no CUDA compiler was found: install the "
+                        "CUDA toolkit or pass -DCMAKE_CUDA_COMPILER=/path/to/nvcc")
+  endif()
+  message(STATUS "conveyor: no CUDA compiler found, building the host runtime only")
+  return()
+endif()
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  # Ampere and Hopper. Never `native`: there is no GPU at configure time on CI.
+  set(CMAKE_CUDA_ARCHITECTURES 80 90 CACHE STRING "CUDA architectures to build for")
+endif()
+if(NOT DEFINED CMAKE_CUDA_HOST_COMPILER)
+  set(CMAKE_CUDA_HOST_COMPILER ${CMAKE_CXX_COMPILER} CACHE FILEPATH "CUDA host compiler")
+endif()
+enable_language(CUDA)
+find_package(CUDAToolkit REQUIRED)
+set(CONVEYOR_HAS_CUDA ON)
+message(STATUS "conveyor: CUDA ${CUDAToolkit_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")

@@ -1,0 +1,33 @@
+// conveyor/config.hpp: build-wide constants and the CONVEYOR_EXPECTS configuration check.
+//
+//   CONVEYOR_EXPECTS(workers > 0, "map stage: workers must be >= 1; pass .workers(1) or more");
+//   alignas(conveyor::cache_line_size) std::atomic<std::size_t> index;
+//
+// CONVEYOR_HAS_CUDA is 1 when the code is built against conveyor::cuda (the CMake target
+// defines it), 0 otherwise. Thread-safety: constants only.
+#pragma once
+
+#include <cstddef>
+
+#include "conveyor/error.hpp"
+
+#ifndef CONVEYOR_HAS_CUDA
+#define CONVEYOR_HAS_CUDA 0
+#endif
+
+namespace conveyor {
+
+// The distance that keeps two independently written variables from sharing a line.
+// 128, not 64: x86 cores prefetch the adjacent 64-byte line in pairs, so two indices 64
+// bytes apart still ping-pong (bench_rings measures padded vs unpadded). Deliberately
+// not std::hardware_destructive_interference_size: g++ 12 warns (-Winterference-size)
+// that its value depends on -mtune, which would make the ring layout an ABI hazard.
+inline constexpr std::size_t cache_line_size = 128;
+
+}  // namespace conveyor
+
+// Fails construction with a config_error whose message says what to change.
+#define CONVEYOR_EXPECTS(cond, msg)                                                    \
+  do {                                                                                 \
+    if (!(cond)) ::conveyor::detail::throw_config_error((msg), #cond, __FILE__, __LINE__); \
+  } while (false)

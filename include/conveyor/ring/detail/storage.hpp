@@ -1,0 +1,55 @@
+// conveyor/ring/detail/storage.hpp: capacity checks and cache-line-aligned raw storage
+// shared by spsc_ring and mpmc_ring.
+#pragma once
+
+#include <cstddef>
+#include <new>
+#include <string>
+
+#include "conveyor/config.hpp"
+
+namespace conveyor::detail {
+
+// Largest capacity a ring accepts: far above any sane in-flight bound, low enough that
+// a typo (a byte count, -1 cast to size_t) fails loudly instead of allocating the host.
+inline constexpr std::size_t max_ring_capacity = std::size_t{1} << 30;
+
+inline std::size_t next_power_of_two(std::size_t n) noexcept {
+  std::size_t p = 2;
+  while (p < n && p < max_ring_capacity) p <<= 1;
+  return p;
+}
+
+inline void check_ring_capacity(const char* ring, std::size_t capacity) {
+  CONVEYOR_EXPECTS(capacity >= 2 && capacity <= max_ring_capacity &&
+                       (capacity & (capacity - 1)) == 0,
+                   std::string(ring) + ": capacity must be a power of two in [2, 2^30], got " +
+                       std::to_string(capacity) + "; pass " +
+                       std::to_string(next_power_of_two(capacity)) + " instead");
+}
+
+// Owns `count` uninitialized objects of type Slot, aligned to a cache line, with one
+// line of padding on each side so neighbours on the heap never share a line with a slot.
+template <class Slot>
+class aligned_slots {
+ public:
+  explicit aligned_slots(std::size_t count)
+      : raw_(static_cast<std::byte*>(::operator new(bytes(count),
+                                                    std::align_val_t{cache_line_size}))) {}
+  ~aligned_slots() { ::operator delete(raw_, std::align_val_t{cache_line_size}); }
+  aligned_slots(const aligned_slots&) = delete;
+  aligned_slots& operator=(const aligned_slots&) = delete;
+
+  // Storage only: callers placement-new into it and std::launder what they read back.
+  Slot* data() const noexcept { return reinterpret_cast<Slot*>(raw_ + cache_line_size); }
+
+ private:
+  static std::size_t bytes(std::size_t count) {
+    static_assert(cache_line_size % alignof(Slot) == 0,
+                  "ring element alignment above conveyor::cache_line_size is not supported");
+    return count * sizeof(Slot) + 2 * cache_line_size;
+  }
+  std::byte* raw_;
+};
+
+}  // namespace conveyor::detail

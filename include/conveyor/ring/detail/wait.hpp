@@ -1,0 +1,151 @@
+// conveyor/ring/detail/wait.hpp: the blocking half of the rings: spin briefly, then sleep.
+//
+//   detail::wait_point not_empty_;                       // one per direction of a ring
+//   consumer:  not_empty_.wait([&] { return has_item() || closed(); });
+//   producer:  publish(item); not_empty_.notify();       // cheap when nobody sleeps
+//
+// A wait_point is an event count (Dekker handshake): a waiter sets waiting_, then
+// re-checks its condition, then sleeps on epoch_ with C++20 atomic::wait (a futex on
+// Linux), so a blocked thread burns no core. A notifier that has published its state
+// change looks at waiting_ and pays for a wake-up only when somebody sleeps.
+//
+// The handshake needs a StoreLoad barrier on both sides. The notifier sits on every
+// push and pop, so it uses an *asymmetric* barrier where Linux offers one:
+// membarrier(PRIVATE_EXPEDITED) on the rare sleep path forces a full barrier on every
+// running thread of the process, and the notifier's side shrinks to a compiler fence.
+// Where membarrier is missing the notifier falls back to a seq_cst read-modify-write of
+// waiting_ (a full barrier, valid in the C++ memory model without any fence).
+//
+// Thread-safety: any number of waiters and notifiers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#if defined(__linux__)
+#include <linux/membarrier.h>  // asymmetric barrier: heavy side on sleepers only
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include "conveyor/config.hpp"
+
+namespace conveyor::detail {
+
+// True when membarrier(PRIVATE_EXPEDITED) is registered for this process. Decided once.
+inline bool asymmetric_barrier_enabled() noexcept {
+#if defined(__linux__) && defined(SYS_membarrier)
+  static const bool enabled = [] {
+    const long cmds = ::syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+    return ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  }();
+  return enabled;
+#else
+  return false;
+#endif
+}
+
+// Tests flip this to exercise the portable path on Linux too. Only while no ring waits.
+inline std::atomic<bool>& force_symmetric_barrier() noexcept {
+  static std::atomic<bool> forced{false};
+  return forced;
+}
+
+inline bool use_asymmetric_barrier() noexcept {
+  // relaxed: a configuration switch read on every notify; tests change it only while
+  // no thread waits or notifies, and thread creation orders the change for them.
+  return asymmetric_barrier_enabled() && !force_symmetric_barrier().load(std::memory_order_relaxed);
+}
+
+// Heavy side: a full barrier on every running thread of this process.
+inline void heavy_barrier() noexcept {
+#if defined(__linux__) && defined(SYS_membarrier)
+  ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+#endif
+}
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+class wait_point {
+ public:
+  // Blocks until pred() holds. pred reads only atomics the notifier publishes before
+  // calling notify().
+  template <class Pred>
+  void wait(Pred&& pred) noexcept {
+    // Adaptive spin (like glibc's adaptive mutex): spin up to spin_limit_ rounds, and
+    // move the limit toward what the last wait needed. Spinning pays only while the
+    // other side runs on another core; when cores are oversubscribed it decays, and
+    // waiters yield and then sleep instead of stealing the core the worker needs.
+    // relaxed: a heuristic hint; a stale value costs time, never correctness.
+    const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
+    for (std::uint32_t i = 0; i < limit; ++i) {
+      if (pred()) {
+        adapt(limit, 2 * i + 16);
+        return;
+      }
+      cpu_relax();
+    }
+    adapt(limit, 0);
+    for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
+      std::this_thread::yield();
+      if (pred()) return;
+    }
+    for (;;) {
+      // acquire: pairs with the release increment in notify(); if a notifier runs after
+      // this read, epoch_ differs and the wait() below returns at once.
+      const std::uint32_t epoch = epoch_.load(std::memory_order_acquire);
+      // seq_cst: the registration must precede the re-check of pred() (Dekker, below).
+      waiting_.store(true, std::memory_order_seq_cst);
+      if (use_asymmetric_barrier()) heavy_barrier();  // partner: the signal fence in notify
+      if (pred()) return;  // the flag may stay set: costs one spurious wake, no more
+      epoch_.wait(epoch, std::memory_order_acquire);
+      if (pred()) return;
+    }
+  }
+
+  // Call after publishing the state change that may satisfy a waiter's pred. Wakes every
+  // thread asleep here; a no-op (no syscall, no shared write) when none is.
+  void notify() noexcept {
+    // Dekker: we stored the publication, then load waiting_; a waiter stored waiting_,
+    // then loads the publication (in pred). One of the two must see the other's store,
+    // which needs StoreLoad order on both sides.
+    if (use_asymmetric_barrier()) {
+      // The waiter's membarrier() forces a full barrier on this thread between its
+      // registration and its re-check, so a compiler fence suffices here.
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+      if (!waiting_.load(std::memory_order_relaxed)) return;
+    }
+    // seq_cst RMW: totally ordered with every waiter's registration. If it comes later
+    // it reads true; if earlier, the waiter's seq_cst store and re-check come after our
+    // publication in the single total order, so pred() sees it. Clearing the flag makes
+    // the wake-up once per sleep, not once per item pushed while the sleeper wakes up.
+    if (!waiting_.exchange(false, std::memory_order_seq_cst)) return;
+    // release: pairs with the acquire load of epoch_ in wait().
+    epoch_.fetch_add(1, std::memory_order_release);
+    epoch_.notify_all();
+  }
+
+ private:
+  void adapt(std::uint32_t limit, std::uint32_t needed) noexcept {
+    constexpr std::uint32_t max_spin = 4096, min_spin = 16;
+    const std::int64_t target = needed > max_spin ? max_spin : needed;
+    std::int64_t next = std::int64_t{limit} + (target - std::int64_t{limit}) / 8;
+    if (next < min_spin) next = min_spin;
+    if (static_cast<std::uint32_t>(next) != limit)
+      spin_limit_.store(static_cast<std::uint32_t>(next), std::memory_order_relaxed);
+  }
+
+  std::atomic<bool> waiting_{false};
+  std::atomic<std::uint32_t> epoch_{0};
+  std::atomic<std::uint32_t> spin_limit_{256};
+};
+
+}  // namespace conveyor::detail

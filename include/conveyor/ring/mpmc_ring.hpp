@@ -1,0 +1,210 @@
+// conveyor/ring/mpmc_ring.hpp: bounded multi-producer/multi-consumer lock-free ring.
+//
+//   conveyor::mpmc_ring<job> ring{1024};     // capacity: a power of two >= 2
+//   ring.push(std::move(j));                 // any thread: blocks while full; false once closed
+//   while (auto j = ring.pop()) use(*j);     // any thread: nullopt once closed *and* drained
+//   ring.close();                            // no push succeeds after this returns
+//
+// Dmitry Vyukov's bounded MPMC queue: each slot carries a sequence number that says whose
+// turn it is (producer of lap k: seq == pos, consumer: seq == pos + 1), so producers and
+// consumers claim positions with one CAS and hand elements over through the slot.
+// Deviation from Vyukov: the closed flag lives in the top bit of the enqueue position, so
+// close() and every claim are ordered on one atomic. After close() no position can be
+// claimed, the final enqueue position is fixed, and a consumer knows exactly when the
+// ring is drained even while a claimed element is still being written.
+//
+// Thread-safety: any number of producers and consumers; every member from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "conveyor/config.hpp"
+#include "conveyor/ring/detail/storage.hpp"
+#include "conveyor/ring/detail/wait.hpp"
+
+namespace conveyor {
+
+template <class T>
+class mpmc_ring {
+  static_assert(std::is_nothrow_destructible_v<T>, "mpmc_ring: T must be nothrow destructible");
+  static_assert(std::is_move_constructible_v<T>, "mpmc_ring: T must be move constructible");
+
+ public:
+  using value_type = T;
+
+  // @throws config_error unless capacity is a power of two in [2, 2^30].
+  explicit mpmc_ring(std::size_t capacity)
+      : capacity_((detail::check_ring_capacity("mpmc_ring", capacity), capacity)),
+        mask_(capacity - 1),
+        slots_(capacity) {
+    for (std::size_t i = 0; i < capacity_; ++i)
+      ::new (static_cast<void*>(slots_.data() + i)) slot{};
+    for (std::size_t i = 0; i < capacity_; ++i)
+      slots_.data()[i].seq.store(i, std::memory_order_relaxed);  // published by the ctor's end
+  }
+
+  ~mpmc_ring() {
+    const std::size_t end = enqueue_pos_.load(std::memory_order_relaxed) & ~closed_bit;
+    for (std::size_t i = dequeue_pos_.load(std::memory_order_relaxed); i != end; ++i) {
+      slot& s = slots_.data()[i & mask_];
+      // Only fully written elements are destroyed; no thread may still be inside.
+      if (s.seq.load(std::memory_order_relaxed) == i + 1) std::destroy_at(s.element());
+    }
+    for (std::size_t i = 0; i < capacity_; ++i) std::destroy_at(slots_.data() + i);
+  }
+
+  mpmc_ring(const mpmc_ring&) = delete;
+  mpmc_ring& operator=(const mpmc_ring&) = delete;
+
+  [[nodiscard]] bool try_push(T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return emplace(std::move(v));
+  }
+  [[nodiscard]] bool try_push(const T& v) noexcept(std::is_nothrow_copy_constructible_v<T>) {
+    return emplace(v);
+  }
+
+  std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    // relaxed: the position is only a claim ticket; the slot's seq carries the data.
+    std::size_t pos = dequeue_pos_.load(std::memory_order_relaxed);
+    slot* s;
+    for (;;) {
+      s = &slots_.data()[pos & mask_];
+      // acquire: pairs with the release store of seq in emplace(); the element is
+      // fully constructed when seq says so.
+      const std::size_t seq = s->seq.load(std::memory_order_acquire);
+      const auto dif = static_cast<std::intptr_t>(seq - (pos + 1));
+      if (dif == 0) {
+        // relaxed: claiming the position transfers no data (seq above did).
+        if (dequeue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
+      } else if (dif < 0) {
+        return std::nullopt;  // empty, or the element at pos is still being written
+      } else {
+        pos = dequeue_pos_.load(std::memory_order_relaxed);  // lost a race; try again
+      }
+    }
+    std::optional<T> out{std::move(*s->element())};
+    std::destroy_at(s->element());
+    // release: pairs with the acquire load of seq in emplace(); the slot is free for the
+    // producer of the next lap only after the move-out and destruction above.
+    s->seq.store(pos + capacity_, std::memory_order_release);
+    not_full_.notify();
+    return out;
+  }
+
+  // Blocks while full. Returns false, and drops v, once the ring is closed.
+  // @note blocks the calling thread.
+  bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (emplace(std::move(v))) return true;
+      if (closed()) return false;
+      not_full_.wait([this] {
+        const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+        // acquire: pairs with the release store of seq in try_pop().
+        return (pos & closed_bit) != 0 ||
+               slots_.data()[pos & mask_].seq.load(std::memory_order_acquire) == pos;
+      });
+    }
+  }
+
+  // Blocks while empty. Returns nullopt only when the ring is closed and drained.
+  // @note blocks the calling thread.
+  std::optional<T> pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (auto v = try_pop()) return v;
+      if (drained()) return std::nullopt;
+      not_empty_.wait([this] {
+        const std::size_t pos = dequeue_pos_.load(std::memory_order_relaxed);
+        // acquire: pairs with the release store of seq in emplace().
+        return slots_.data()[pos & mask_].seq.load(std::memory_order_acquire) == pos + 1 ||
+               drained();
+      });
+    }
+  }
+
+  void close() noexcept {
+    // acq_rel: the RMW joins the modification order of enqueue_pos_ after every claim
+    // that succeeded, so no claim can follow it; pairs with the acquire in closed().
+    enqueue_pos_.fetch_or(closed_bit, std::memory_order_acq_rel);
+    not_empty_.notify();
+    not_full_.notify();
+  }
+
+  bool closed() const noexcept {
+    return (enqueue_pos_.load(std::memory_order_acquire) & closed_bit) != 0;
+  }
+  std::size_t capacity() const noexcept { return capacity_; }
+
+  // A snapshot that may be stale by the time it returns; never above capacity().
+  std::size_t size_approx() const noexcept {
+    // relaxed: an estimate. Dequeue first: both only grow, so the difference is >= 0
+    // unless a consumer claimed an element still being written, which the check absorbs.
+    const std::size_t head = dequeue_pos_.load(std::memory_order_relaxed);
+    const std::size_t tail = enqueue_pos_.load(std::memory_order_relaxed) & ~closed_bit;
+    if (tail <= head) return 0;
+    return tail - head > capacity_ ? capacity_ : tail - head;
+  }
+
+ private:
+  static constexpr std::size_t closed_bit = std::size_t{1} << (sizeof(std::size_t) * 8 - 1);
+
+  struct alignas(cache_line_size) slot {
+    std::atomic<std::size_t> seq{0};
+    alignas(T) unsigned char storage[sizeof(T)];
+    T* element() noexcept { return std::launder(reinterpret_cast<T*>(storage)); }
+  };
+
+  template <class U>
+  bool emplace(U&& v) {
+    std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+    slot* s;
+    for (;;) {
+      if ((pos & closed_bit) != 0) return false;
+      s = &slots_.data()[pos & mask_];
+      // acquire: pairs with the release store of seq in try_pop(); the previous lap's
+      // element has been moved out and destroyed.
+      const std::size_t seq = s->seq.load(std::memory_order_acquire);
+      const auto dif = static_cast<std::intptr_t>(seq - pos);
+      if (dif == 0) {
+        // relaxed: the claim transfers no data. It fails if close() set the top bit,
+        // and the reloaded pos then carries the bit.
+        if (enqueue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) break;
+      } else if (dif < 0) {
+        return false;  // full
+      } else {
+        pos = enqueue_pos_.load(std::memory_order_relaxed);
+      }
+    }
+    ::new (static_cast<void*>(s->storage)) T(std::forward<U>(v));
+    // release: pairs with the acquire load of seq in try_pop() and pop()'s wait.
+    s->seq.store(pos + 1, std::memory_order_release);
+    not_empty_.notify();
+    return true;
+  }
+
+  // Closed, and every position claimed before close() has been claimed by a consumer.
+  bool drained() const noexcept {
+    // acquire: pairs with close(); the final enqueue position is fixed once the bit is set.
+    const std::size_t end = enqueue_pos_.load(std::memory_order_acquire);
+    if ((end & closed_bit) == 0) return false;
+    return dequeue_pos_.load(std::memory_order_relaxed) >= (end & ~closed_bit);
+  }
+
+  struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {};
+
+  alignas(cache_line_size) const std::size_t capacity_;
+  const std::size_t mask_;
+  detail::aligned_slots<slot> slots_;
+  alignas(cache_line_size) std::atomic<std::size_t> enqueue_pos_{0};  // top bit: closed
+  alignas(cache_line_size) std::atomic<std::size_t> dequeue_pos_{0};
+  aligned_wait_point not_empty_;
+  aligned_wait_point not_full_;
+  static_assert(sizeof(slot) % cache_line_size == 0, "mpmc_ring: slots must not share lines");
+};
+
+}  // namespace conveyor

@@ -1,0 +1,177 @@
+// conveyor/ring/spsc_ring.hpp: bounded single-producer/single-consumer lock-free ring.
+//
+//   conveyor::spsc_ring<job> ring{1024};     // capacity: a power of two >= 2
+//   if (!ring.try_push(std::move(j))) ...    // producer: never blocks; false if full/closed
+//   ring.push(std::move(j));                 // producer: blocks while full; false once closed
+//   while (auto j = ring.pop()) use(*j);     // consumer: blocks while empty; nullopt once
+//                                            //   closed *and* drained
+//   ring.close();                            // any thread: wakes both sides
+//
+// Lamport's ring with index caches (each side keeps a private copy of the other side's
+// index and re-reads the shared one only when its copy says full/empty), indices on
+// separate cache lines. Blocking calls spin briefly, then sleep (detail::wait_point).
+//
+// Thread-safety: exactly one producer thread (try_push/push) and one consumer thread
+// (try_pop/pop) at a time; close(), closed(), capacity() and size_approx() from any thread.
+// A push racing with a close() from a third thread may still be accepted; such an
+// element is either popped or destroyed with the ring.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "conveyor/config.hpp"
+#include "conveyor/ring/detail/storage.hpp"
+#include "conveyor/ring/detail/wait.hpp"
+
+namespace conveyor {
+
+template <class T>
+class spsc_ring {
+  static_assert(std::is_nothrow_destructible_v<T>, "spsc_ring: T must be nothrow destructible");
+  static_assert(std::is_move_constructible_v<T>, "spsc_ring: T must be move constructible");
+
+ public:
+  using value_type = T;
+
+  // @throws config_error unless capacity is a power of two in [2, 2^30].
+  explicit spsc_ring(std::size_t capacity)
+      : capacity_((detail::check_ring_capacity("spsc_ring", capacity), capacity)),
+        mask_(capacity - 1),
+        slots_(capacity) {}
+
+  ~spsc_ring() {
+    const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
+    for (std::size_t i = consumer_.head.load(std::memory_order_relaxed); i != tail; ++i)
+      std::destroy_at(std::launder(slot(i)));
+  }
+
+  spsc_ring(const spsc_ring&) = delete;
+  spsc_ring& operator=(const spsc_ring&) = delete;
+
+  [[nodiscard]] bool try_push(T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return emplace(std::move(v));
+  }
+  [[nodiscard]] bool try_push(const T& v) noexcept(std::is_nothrow_copy_constructible_v<T>) {
+    return emplace(v);
+  }
+
+  std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    if (head == consumer_.tail_cache) {
+      // acquire: pairs with the release store of tail in emplace(); the element's
+      // construction happens-before we read it below.
+      consumer_.tail_cache = producer_.tail.load(std::memory_order_acquire);
+      if (head == consumer_.tail_cache) return std::nullopt;
+    }
+    T* p = std::launder(slot(head));
+    std::optional<T> out{std::move(*p)};
+    std::destroy_at(p);
+    // release: pairs with the acquire load of head in emplace(); the move-out and the
+    // destruction above happen-before the producer constructs into this slot again.
+    consumer_.head.store(head + 1, std::memory_order_release);
+    not_full_.notify();
+    return out;
+  }
+
+  // Blocks while full. Returns false, and drops v, once the ring is closed.
+  // @note blocks the calling (producer) thread.
+  bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (closed()) return false;
+      if (emplace(std::move(v))) return true;
+      not_full_.wait([this] {
+        // acquire: pairs with the release store of head in try_pop().
+        return producer_.tail.load(std::memory_order_relaxed) -
+                       consumer_.head.load(std::memory_order_acquire) <
+                   capacity_ ||
+               closed();
+      });
+    }
+  }
+
+  // Blocks while empty. Returns nullopt only when the ring is closed and drained.
+  // @note blocks the calling (consumer) thread.
+  std::optional<T> pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (auto v = try_pop()) return v;
+      if (closed()) return try_pop();  // elements pushed before close() are visible now
+      not_empty_.wait([this] {
+        // acquire: pairs with the release store of tail in emplace().
+        return producer_.tail.load(std::memory_order_acquire) !=
+                   consumer_.head.load(std::memory_order_relaxed) ||
+               closed();
+      });
+    }
+  }
+
+  void close() noexcept {
+    // release: pairs with the acquire load in closed(); everything the closing thread
+    // pushed before close() is visible to a consumer that sees the flag.
+    closed_.store(true, std::memory_order_release);
+    not_empty_.notify();
+    not_full_.notify();
+  }
+
+  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
+  std::size_t capacity() const noexcept { return capacity_; }
+
+  // A snapshot that may be stale by the time it returns; never above capacity().
+  std::size_t size_approx() const noexcept {
+    // relaxed: an estimate. head is loaded first and both only grow, so tail >= head;
+    // the producer may have run ahead in between, which the clamp absorbs.
+    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);
+    const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
+    return tail - head > capacity_ ? capacity_ : tail - head;
+  }
+
+ private:
+  template <class U>
+  bool emplace(U&& v) {
+    if (closed_.load(std::memory_order_relaxed)) return false;  // relaxed: advisory refusal
+    const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
+    if (tail - producer_.head_cache == capacity_) {
+      // acquire: pairs with the release store of head in try_pop(); the consumer is done
+      // with the slot we are about to overwrite.
+      producer_.head_cache = consumer_.head.load(std::memory_order_acquire);
+      if (tail - producer_.head_cache == capacity_) return false;
+    }
+    ::new (static_cast<void*>(slot(tail))) T(std::forward<U>(v));
+    // release: pairs with the acquire load of tail in try_pop() and in pop()'s wait.
+    producer_.tail.store(tail + 1, std::memory_order_release);
+    not_empty_.notify();
+    return true;
+  }
+
+  T* slot(std::size_t i) const noexcept { return slots_.data() + (i & mask_); }
+
+  // Written by the producer: tail, and its private copy of head.
+  struct alignas(cache_line_size) producer_side {
+    std::atomic<std::size_t> tail{0};
+    std::size_t head_cache{0};
+  };
+  // Written by the consumer: head, and its private copy of tail.
+  struct alignas(cache_line_size) consumer_side {
+    std::atomic<std::size_t> head{0};
+    std::size_t tail_cache{0};
+  };
+  struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {};
+  static_assert(sizeof(producer_side) == cache_line_size && sizeof(consumer_side) == cache_line_size,
+                "spsc_ring: each index (with its cache) must own exactly one cache line");
+
+  // Read-only after construction; shares a line with nothing that is written.
+  alignas(cache_line_size) const std::size_t capacity_;
+  const std::size_t mask_;
+  detail::aligned_slots<T> slots_;
+  producer_side producer_;
+  consumer_side consumer_;
+  aligned_wait_point not_empty_;  // consumer sleeps here; producer notifies
+  aligned_wait_point not_full_;   // producer sleeps here; consumer notifies
+  alignas(cache_line_size) std::atomic<bool> closed_{false};
+};
+
+}  // namespace conveyor

@@ -1,0 +1,211 @@
+// Behaviour every conveyor ring shares, written once as templates and instantiated by
+// test_spsc_ring.cpp and test_mpmc_ring.cpp with their own ring type.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conveyor/error.hpp"
+#include "conveyor/ring/detail/wait.hpp"
+#include "test_support.hpp"
+
+namespace conveyor::test {
+
+template <template <class> class Ring>
+void check_noexcept_follows_element() {
+  static_assert(noexcept(std::declval<Ring<int>&>().try_push(1)));
+  static_assert(noexcept(std::declval<Ring<int>&>().try_pop()));
+  static_assert(noexcept(std::declval<Ring<int>&>().push(1)));
+  static_assert(noexcept(std::declval<Ring<int>&>().pop()));
+  static_assert(noexcept(std::declval<Ring<int>&>().close()));
+  static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().try_push(
+      std::declval<throwing_move_only&&>())));
+  static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().try_pop()));
+  static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().pop()));
+}
+
+template <template <class> class Ring>
+void check_capacity_errors() {
+  const auto [bad, suggestion] = GENERATE(table<std::size_t, std::string>({
+      {0, "pass 2"}, {1, "pass 2"}, {3, "pass 4"}, {1000, "pass 1024"},
+      {(std::size_t{1} << 30) + 1, "pass 1073741824"}, {~std::size_t{0}, "pass 1073741824"}}));
+  CAPTURE(bad);
+  try {
+    Ring<int> r{bad};
+    FAIL("constructed a ring with capacity " << bad);
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("power of two"));
+    CHECK_THAT(what, Catch::Contains(suggestion));
+  }
+}
+
+// One thread, random operations against a std::deque model.
+template <template <class> class Ring>
+void check_against_model() {
+  const std::size_t capacity = GENERATE(2u, 4u, 64u, 1024u);
+  const std::uint32_t seed = GENERATE(1u, 2u, 3u);
+  CAPTURE(capacity, seed);
+  Ring<std::uint64_t> ring{capacity};
+  std::deque<std::uint64_t> model;
+  std::mt19937 rng{seed};
+  std::uint64_t next = 0;
+  REQUIRE(ring.capacity() == capacity);
+  for (int op = 0; op < 20000; ++op) {
+    if (rng() % 2 == 0) {
+      const bool ok = ring.try_push(next);
+      REQUIRE(ok == (model.size() < capacity));
+      if (ok) model.push_back(next);
+      ++next;
+    } else {
+      const auto v = ring.try_pop();
+      REQUIRE(v.has_value() == !model.empty());
+      if (v) {
+        REQUIRE(*v == model.front());
+        model.pop_front();
+      }
+    }
+    REQUIRE(ring.size_approx() == model.size());
+  }
+}
+
+template <template <class> class Ring>
+void check_lifetimes() {
+  REQUIRE(counted::live.load() == 0);
+  {
+    Ring<counted> ring{8};
+    for (std::uint64_t i = 0; i < 8; ++i) REQUIRE(ring.try_push(counted{i}));
+    REQUIRE_FALSE(ring.try_push(counted{99}));
+    CHECK(counted::live.load() == 8);
+    for (std::uint64_t i = 0; i < 5; ++i) REQUIRE(ring.try_pop()->value == i);
+    CHECK(counted::live.load() == 3);
+    const counted c{42};
+    REQUIRE(ring.try_push(c));  // copy overload
+    CHECK(counted::live.load() == 5);
+    // The ring wraps here: 4 live elements spanning the end of the slot array.
+    for (std::uint64_t i = 0; i < 3; ++i) REQUIRE(ring.push(counted{100 + i}));
+  }
+  CHECK(counted::live.load() == 0);  // elements left inside died with the ring
+}
+
+template <template <class> class Ring>
+void check_move_only() {
+  Ring<std::unique_ptr<int>> ring{4};
+  REQUIRE(ring.try_push(std::make_unique<int>(1)));
+  REQUIRE(ring.push(std::make_unique<int>(2)));
+  REQUIRE(**ring.try_pop() == 1);
+  REQUIRE(**ring.pop() == 2);
+  REQUIRE_FALSE(ring.try_pop().has_value());
+}
+
+template <template <class> class Ring>
+void check_close_and_drain() {
+  Ring<int> ring{4};
+  REQUIRE(ring.try_push(1));
+  REQUIRE(ring.push(2));
+  REQUIRE_FALSE(ring.closed());
+  ring.close();
+  REQUIRE(ring.closed());
+  REQUIRE_FALSE(ring.try_push(3));
+  REQUIRE_FALSE(ring.push(4));
+  REQUIRE(ring.pop() == std::optional<int>{1});
+  REQUIRE(ring.try_pop() == std::optional<int>{2});
+  REQUIRE_FALSE(ring.pop().has_value());
+  REQUIRE_FALSE(ring.pop().has_value());  // stays closed and drained
+}
+
+// A blocked consumer wakes on a push, and on close(); a blocked producer wakes on a
+// pop, and on close(). The waits are ordered by flags, not sleeps: the sleep only gives
+// the blocked thread time to really go to sleep, the outcome does not depend on it.
+template <template <class> class Ring>
+void check_blocking_wakeups() {
+  using namespace std::chrono_literals;
+  {
+    Ring<int> ring{2};
+    std::optional<int> got;
+    std::thread consumer{[&] { got = ring.pop(); }};
+    std::this_thread::sleep_for(20ms);
+    REQUIRE(ring.push(7));
+    consumer.join();
+    REQUIRE(got == std::optional<int>{7});
+  }
+  {
+    Ring<int> ring{2};
+    std::optional<int> got{1};
+    std::thread consumer{[&] { got = ring.pop(); }};
+    std::this_thread::sleep_for(20ms);
+    ring.close();
+    consumer.join();
+    REQUIRE_FALSE(got.has_value());
+  }
+  {
+    Ring<int> ring{2};
+    REQUIRE(ring.try_push(1));
+    REQUIRE(ring.try_push(2));
+    bool pushed = false;
+    std::thread producer{[&] { pushed = ring.push(3); }};
+    std::this_thread::sleep_for(20ms);
+    REQUIRE(ring.pop() == std::optional<int>{1});
+    producer.join();
+    REQUIRE(pushed);
+    REQUIRE(ring.size_approx() == 2);
+  }
+  {
+    Ring<int> ring{2};
+    REQUIRE(ring.try_push(1));
+    REQUIRE(ring.try_push(2));
+    bool pushed = true;
+    std::thread producer{[&] { pushed = ring.push(3); }};
+    std::this_thread::sleep_for(20ms);
+    ring.close();
+    producer.join();
+    REQUIRE_FALSE(pushed);
+  }
+}
+
+// Many short rounds with random pauses on both sides, so that the consumer goes to
+// sleep at every possible moment relative to the producer's push and close. A lost
+// wake-up hangs a round, and the CTest TIMEOUT turns that into a failure.
+template <template <class> class Ring>
+void hunt_lost_wakeups(bool symmetric_barrier) {
+  detail::force_symmetric_barrier().store(symmetric_barrier);
+  const std::size_t rounds = scaled(2000);
+  std::mt19937 rng{12345};
+  for (std::size_t round = 0; round < rounds; ++round) {
+    const std::size_t capacity = std::size_t{2} << (rng() % 3);
+    const int items = static_cast<int>(rng() % 16);
+    const unsigned pause_p = rng() % 4, pause_c = rng() % 4;
+    Ring<int> ring{capacity};
+    long sum = 0;
+    int count = 0;
+    std::thread consumer{[&] {
+      std::minstd_rand r{static_cast<unsigned>(round)};
+      while (auto v = ring.pop()) {
+        sum += *v;
+        ++count;
+        if (pause_c && r() % pause_c == 0) std::this_thread::yield();
+      }
+    }};
+    std::minstd_rand r{static_cast<unsigned>(round) + 1};
+    for (int i = 1; i <= items; ++i) {
+      REQUIRE(ring.push(int{i}));
+      if (pause_p && r() % pause_p == 0) std::this_thread::yield();
+    }
+    ring.close();
+    consumer.join();
+    REQUIRE(count == items);
+    REQUIRE(sum == static_cast<long>(items) * (items + 1) / 2);
+  }
+  detail::force_symmetric_barrier().store(false);
+}
+
+}  // namespace conveyor::test

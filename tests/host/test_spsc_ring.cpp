@@ -1,0 +1,69 @@
+// spsc_ring: single-thread semantics, lifetimes, close/drain, wake-ups and a 10M-item
+// in-order stress test.
+#include "conveyor/ring/spsc_ring.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <thread>
+
+#include "ring_tests.hpp"
+
+using conveyor::spsc_ring;
+namespace t = conveyor::test;
+
+TEST_CASE("spsc_ring: noexcept follows the element type") {
+  t::check_noexcept_follows_element<spsc_ring>();
+}
+TEST_CASE("spsc_ring: bad capacities throw config_error naming the fix") {
+  t::check_capacity_errors<spsc_ring>();
+}
+TEST_CASE("spsc_ring: random single-thread operations match a deque") {
+  t::check_against_model<spsc_ring>();
+}
+TEST_CASE("spsc_ring: constructions balance destructions") { t::check_lifetimes<spsc_ring>(); }
+TEST_CASE("spsc_ring: move-only elements") { t::check_move_only<spsc_ring>(); }
+TEST_CASE("spsc_ring: close refuses pushes and drains to nullopt") {
+  t::check_close_and_drain<spsc_ring>();
+}
+TEST_CASE("spsc_ring: blocked threads wake on push, pop and close") {
+  t::check_blocking_wakeups<spsc_ring>();
+}
+TEST_CASE("spsc_ring: lost-wakeup hunt, asymmetric barrier") {
+  t::hunt_lost_wakeups<spsc_ring>(false);
+}
+TEST_CASE("spsc_ring: lost-wakeup hunt, portable barrier") {
+  t::hunt_lost_wakeups<spsc_ring>(true);
+}
+
+TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
+  const bool blocking = GENERATE(true, false);
+  const std::size_t capacity = GENERATE(2u, 1024u);
+  const std::uint64_t n = t::scaled(10'000'000);
+  CAPTURE(blocking, capacity, n);
+  spsc_ring<std::uint64_t> ring{capacity};
+  std::thread producer{[&] {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (blocking) {
+        if (!ring.push(std::uint64_t{i})) return;
+      } else {
+        while (!ring.try_push(i)) std::this_thread::yield();
+      }
+    }
+    ring.close();
+  }};
+  std::uint64_t expected = 0;
+  bool in_order = true;
+  if (blocking) {
+    while (auto v = ring.pop()) in_order &= (*v == expected++);
+  } else {
+    while (expected < n) {
+      if (auto v = ring.try_pop()) in_order &= (*v == expected++);
+      else std::this_thread::yield();
+    }
+  }
+  producer.join();
+  REQUIRE(in_order);
+  REQUIRE(expected == n);
+  REQUIRE_FALSE(ring.try_pop().has_value());
+}

@@ -1,0 +1,43 @@
+// Test helpers shared by the host tests: a lifetime-counting element, a move-only
+// element, and the stress scale (CONVEYOR_TEST_SCALE=percent shrinks stress loops for
+// sanitizer builds, which run 5-20x slower).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+namespace conveyor::test {
+
+// Counts live instances so a test can assert constructions balance destructions.
+struct counted {
+  static inline std::atomic<long> live{0};
+  std::uint64_t value = 0;
+
+  counted() noexcept { live.fetch_add(1, std::memory_order_relaxed); }
+  explicit counted(std::uint64_t v) noexcept : value(v) { live.fetch_add(1, std::memory_order_relaxed); }
+  counted(const counted& o) noexcept : value(o.value) { live.fetch_add(1, std::memory_order_relaxed); }
+  counted(counted&& o) noexcept : value(o.value) { live.fetch_add(1, std::memory_order_relaxed); }
+  counted& operator=(const counted&) noexcept = default;
+  counted& operator=(counted&&) noexcept = default;
+  ~counted() { live.fetch_sub(1, std::memory_order_relaxed); }
+};
+
+// Move-only, and its move may throw: the rings' noexcept must follow it.
+struct throwing_move_only {
+  std::unique_ptr<int> p;
+  explicit throwing_move_only(int v) : p(std::make_unique<int>(v)) {}
+  throwing_move_only(throwing_move_only&&) noexcept(false) = default;
+  throwing_move_only& operator=(throwing_move_only&&) noexcept(false) = default;
+};
+
+inline std::size_t scaled(std::size_t n) {
+  const char* s = std::getenv("CONVEYOR_TEST_SCALE");
+  const long percent = s ? std::strtol(s, nullptr, 10) : 100;
+  const std::size_t m = n * static_cast<std::size_t>(percent > 0 ? percent : 100) / 100;
+  return m > 0 ? m : 1;
+}
+
+}  // namespace conveyor::test
