@@ -209,3 +209,27 @@ void hunt_lost_wakeups(bool symmetric_barrier) {
 }
 
 }  // namespace conveyor::test
+
+namespace conveyor::test {
+
+// pop_until: times out on an empty ring, returns an element pushed in time, and
+// reports closed-and-drained as nullopt with closed() set.
+template <template <class> class Ring>
+void check_pop_until() {
+  using namespace std::chrono_literals;
+  Ring<int> ring{4};
+  REQUIRE_FALSE(ring.pop_until(std::chrono::steady_clock::now() + 2ms).has_value());
+  REQUIRE_FALSE(ring.closed());
+  REQUIRE(ring.try_push(5));
+  REQUIRE(ring.pop_until(std::chrono::steady_clock::now() + 1h) == std::optional<int>{5});
+  std::optional<int> got;
+  std::thread consumer{[&] { got = ring.pop_until(std::chrono::steady_clock::now() + 1h); }};
+  REQUIRE(ring.push(6));
+  consumer.join();
+  REQUIRE(got == std::optional<int>{6});
+  ring.close();
+  REQUIRE_FALSE(ring.pop_until(std::chrono::steady_clock::now() + 1h).has_value());
+  REQUIRE(ring.closed());
+}
+
+}  // namespace conveyor::test

@@ -67,3 +67,7 @@ TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
   REQUIRE(expected == n);
   REQUIRE_FALSE(ring.try_pop().has_value());
 }
+
+TEST_CASE("spsc_ring: pop_until times out, delivers, and sees close") {
+  t::check_pop_until<spsc_ring>();
+}

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -70,6 +71,12 @@ class mpmc_ring {
   }
 
   std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return try_pop(nullptr);
+  }
+
+  // As try_pop(); also stores the element's position: how many elements were pushed
+  // before it. Parallel consumers use it to restore the input order.
+  std::optional<T> try_pop(std::size_t* position) noexcept(std::is_nothrow_move_constructible_v<T>) {
     // relaxed: the position is only a claim ticket; the slot's seq carries the data.
     std::size_t pos = dequeue_pos_.load(std::memory_order_relaxed);
     slot* s;
@@ -88,6 +95,7 @@ class mpmc_ring {
         pos = dequeue_pos_.load(std::memory_order_relaxed);  // lost a race; try again
       }
     }
+    if (position) *position = pos;
     std::optional<T> out{std::move(*s->element())};
     std::destroy_at(s->element());
     // release: pairs with the acquire load of seq in emplace(); the slot is free for the
@@ -115,16 +123,18 @@ class mpmc_ring {
   // Blocks while empty. Returns nullopt only when the ring is closed and drained.
   // @note blocks the calling thread.
   std::optional<T> pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
-    for (;;) {
-      if (auto v = try_pop()) return v;
-      if (drained()) return std::nullopt;
-      not_empty_.wait([this] {
-        const std::size_t pos = dequeue_pos_.load(std::memory_order_relaxed);
-        // acquire: pairs with the release store of seq in emplace().
-        return slots_.data()[pos & mask_].seq.load(std::memory_order_acquire) == pos + 1 ||
-               drained();
-      });
-    }
+    return pop_impl(nullptr, nullptr);
+  }
+  // As pop(); also stores the element's position (see try_pop(std::size_t*)).
+  std::optional<T> pop(std::size_t* position) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return pop_impl(position, nullptr);
+  }
+  // As pop(), but gives up at the deadline: nullopt then means timed out, or closed and
+  // drained (closed() tells which).
+  // @note blocks the calling thread until the deadline at most.
+  std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    return pop_impl(nullptr, &deadline);
   }
 
   void close() noexcept {
@@ -185,6 +195,26 @@ class mpmc_ring {
     s->seq.store(pos + 1, std::memory_order_release);
     not_empty_.notify();
     return true;
+  }
+
+  std::optional<T> pop_impl(std::size_t* position,
+                            const std::chrono::steady_clock::time_point* deadline) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (auto v = try_pop(position)) return v;
+      if (drained()) return std::nullopt;
+      auto ready = [this] {
+        const std::size_t pos = dequeue_pos_.load(std::memory_order_relaxed);
+        // acquire: pairs with the release store of seq in emplace().
+        return slots_.data()[pos & mask_].seq.load(std::memory_order_acquire) == pos + 1 ||
+               drained();
+      };
+      if (!deadline) {
+        not_empty_.wait(ready);
+      } else if (!not_empty_.wait_until(ready, *deadline)) {
+        return try_pop(position);  // deadline passed
+      }
+    }
   }
 
   // Closed, and every position claimed before close() has been claimed by a consumer.

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -97,16 +98,15 @@ class spsc_ring {
   // Blocks while empty. Returns nullopt only when the ring is closed and drained.
   // @note blocks the calling (consumer) thread.
   std::optional<T> pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
-    for (;;) {
-      if (auto v = try_pop()) return v;
-      if (closed()) return try_pop();  // elements pushed before close() are visible now
-      not_empty_.wait([this] {
-        // acquire: pairs with the release store of tail in emplace().
-        return producer_.tail.load(std::memory_order_acquire) !=
-                   consumer_.head.load(std::memory_order_relaxed) ||
-               closed();
-      });
-    }
+    return pop_impl(nullptr);
+  }
+
+  // As pop(), but gives up at the deadline: nullopt then means timed out, or closed and
+  // drained (closed() tells which).
+  // @note blocks the calling (consumer) thread until the deadline at most.
+  std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    return pop_impl(&deadline);
   }
 
   void close() noexcept {
@@ -130,6 +130,25 @@ class spsc_ring {
   }
 
  private:
+  std::optional<T> pop_impl(const std::chrono::steady_clock::time_point* deadline) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (auto v = try_pop()) return v;
+      if (closed()) return try_pop();  // elements pushed before close() are visible now
+      auto ready = [this] {
+        // acquire: pairs with the release store of tail in emplace().
+        return producer_.tail.load(std::memory_order_acquire) !=
+                   consumer_.head.load(std::memory_order_relaxed) ||
+               closed();
+      };
+      if (!deadline) {
+        not_empty_.wait(ready);
+      } else if (!not_empty_.wait_until(ready, *deadline)) {
+        return try_pop();  // deadline passed
+      }
+    }
+  }
+
   template <class U>
   bool emplace(U&& v) {
     if (closed_.load(std::memory_order_relaxed)) return false;  // relaxed: advisory refusal

@@ -20,10 +20,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <thread>
 
 #if defined(__linux__)
+#include <linux/futex.h>       // timed sleeps: atomic::wait has no deadline
 #include <linux/membarrier.h>  // asymmetric barrier: heavy side on sleepers only
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -74,41 +77,57 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
+using wait_clock = std::chrono::steady_clock;
+
+// Sleeps while word == expected, until woken or (if given) the deadline passes. Spurious
+// returns are allowed; callers re-check. Linux: a private futex on the word, for both the
+// timed and untimed case, so every sleeper is reached by futex_wake_all(). Elsewhere:
+// C++20 atomic::wait, and short sleeps for the timed case.
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                       const wait_clock::time_point* deadline) noexcept {
+#if defined(__linux__) && defined(SYS_futex)
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  timespec rel{};
+  if (deadline) {
+    const auto left = *deadline - wait_clock::now();
+    if (left <= wait_clock::duration::zero()) return;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    rel.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+    rel.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+  }
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected,
+            deadline ? &rel : nullptr, nullptr, 0);
+#else
+  if (!deadline) {
+    word.wait(expected, std::memory_order_acquire);
+  } else if (word.load(std::memory_order_acquire) == expected && wait_clock::now() < *deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+#endif
+}
+
+inline void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
+#if defined(__linux__) && defined(SYS_futex)
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT32_MAX,
+            nullptr, nullptr, 0);
+#else
+  word.notify_all();
+#endif
+}
+
 class wait_point {
  public:
   // Blocks until pred() holds. pred reads only atomics the notifier publishes before
   // calling notify().
   template <class Pred>
   void wait(Pred&& pred) noexcept {
-    // Adaptive spin (like glibc's adaptive mutex): spin up to spin_limit_ rounds, and
-    // move the limit toward what the last wait needed. Spinning pays only while the
-    // other side runs on another core; when cores are oversubscribed it decays, and
-    // waiters yield and then sleep instead of stealing the core the worker needs.
-    // relaxed: a heuristic hint; a stale value costs time, never correctness.
-    const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
-    for (std::uint32_t i = 0; i < limit; ++i) {
-      if (pred()) {
-        adapt(limit, 2 * i + 16);
-        return;
-      }
-      cpu_relax();
-    }
-    adapt(limit, 0);
-    for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
-      std::this_thread::yield();
-      if (pred()) return;
-    }
-    for (;;) {
-      // acquire: pairs with the release increment in notify(); if a notifier runs after
-      // this read, epoch_ differs and the wait() below returns at once.
-      const std::uint32_t epoch = epoch_.load(std::memory_order_acquire);
-      // seq_cst: the registration must precede the re-check of pred() (Dekker, below).
-      waiting_.store(true, std::memory_order_seq_cst);
-      if (use_asymmetric_barrier()) heavy_barrier();  // partner: the signal fence in notify
-      if (pred()) return;  // the flag may stay set: costs one spurious wake, no more
-      epoch_.wait(epoch, std::memory_order_acquire);
-      if (pred()) return;
-    }
+    wait_impl(pred, nullptr);
+  }
+
+  // As wait(), but gives up at the deadline. Returns pred()'s last value.
+  template <class Pred>
+  bool wait_until(Pred&& pred, wait_clock::time_point deadline) noexcept {
+    return wait_impl(pred, &deadline);
   }
 
   // Call after publishing the state change that may satisfy a waiter's pred. Wakes every
@@ -123,17 +142,55 @@ class wait_point {
       std::atomic_signal_fence(std::memory_order_seq_cst);
       if (!waiting_.load(std::memory_order_relaxed)) return;
     }
-    // seq_cst RMW: totally ordered with every waiter's registration. If it comes later
-    // it reads true; if earlier, the waiter's seq_cst store and re-check come after our
-    // publication in the single total order, so pred() sees it. Clearing the flag makes
+    // seq_cst RMW: in waiting_'s modification order it is either after a waiter's
+    // registration (and reads true) or before it (and the waiter's RMW synchronizes with
+    // this one, so its pred() sees our publication). Clearing the flag makes
     // the wake-up once per sleep, not once per item pushed while the sleeper wakes up.
     if (!waiting_.exchange(false, std::memory_order_seq_cst)) return;
-    // release: pairs with the acquire load of epoch_ in wait().
+    // release: pairs with the acquire load of epoch_ in wait_impl().
     epoch_.fetch_add(1, std::memory_order_release);
-    epoch_.notify_all();
+    futex_wake_all(epoch_);
   }
 
  private:
+  template <class Pred>
+  bool wait_impl(Pred& pred, const wait_clock::time_point* deadline) noexcept {
+    // Adaptive spin (like glibc's adaptive mutex): spin up to spin_limit_ rounds, and
+    // move the limit toward what the last wait needed. Spinning pays only while the
+    // other side runs on another core; when cores are oversubscribed it decays, and
+    // waiters yield and then sleep instead of stealing the core the worker needs.
+    // relaxed: a heuristic hint; a stale value costs time, never correctness.
+    if (pred()) return true;
+    const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
+    for (std::uint32_t i = 0; i < limit; ++i) {
+      if (pred()) {
+        adapt(limit, 2 * i + 16);
+        return true;
+      }
+      cpu_relax();
+    }
+    adapt(limit, 0);
+    for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
+      std::this_thread::yield();
+      if (pred()) return true;
+    }
+    for (;;) {
+      // acquire: pairs with the release increment in notify(); if a notifier runs after
+      // this read, epoch_ differs and the wait() below returns at once.
+      const std::uint32_t epoch = epoch_.load(std::memory_order_acquire);
+      // seq_cst RMW: the registration precedes the re-check of pred() (Dekker). Being an
+      // RMW, it reads from any notifier's exchange() earlier in waiting_'s modification
+      // order (or a later RMW in that release sequence), so it synchronizes with it and
+      // pred() sees that notifier's publication.
+      waiting_.exchange(true, std::memory_order_seq_cst);
+      if (use_asymmetric_barrier()) heavy_barrier();  // partner: the signal fence in notify
+      if (pred()) return true;  // the flag may stay set: costs one spurious wake, no more
+      if (deadline && wait_clock::now() >= *deadline) return false;
+      futex_wait(epoch_, epoch, deadline);
+      if (pred()) return true;
+    }
+  }
+
   void adapt(std::uint32_t limit, std::uint32_t needed) noexcept {
     constexpr std::uint32_t max_spin = 4096, min_spin = 16;
     const std::int64_t target = needed > max_spin ? max_spin : needed;
