@@ -1,0 +1,406 @@
+// conveyor/pipeline.hpp: stages composed in code, run on their own threads, connected by
+// bounded lock-free rings, so that the slowest stage — not the sum — sets the pace.
+//
+//   conveyor::pipeline p{conveyor::source(next_image)          // prepare
+//                        | conveyor::map(decode).workers(3).ordered()
+//                        | conveyor::batch(64)
+//                        | conveyor::map(classify)             // or a GPU segment
+//                        | conveyor::unbatch()
+//                        | conveyor::sink(write_label)};       // postprocess
+//   conveyor::report r = p.run();                              // blocks until done
+//
+// Service mode: start with conveyor::input<T>() instead of a source and leave the sink
+// out; then start(), submit(x) -> std::future<result>, stop(stop_mode::drain | cancel).
+//
+// Lifecycle: the first exception in any stage stops the pipeline (rings closed, blocked
+// threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
+// names the stage and the item and nests the original exception — after every thread has
+// joined. Accounting always holds: produced == completed + failed + cancelled.
+// Memory is bounded: items in flight <= the ring capacities + what stages hold.
+// Thread-safety: one pipeline object is driven from one thread (run/start/stop/wait);
+// submit() may be called from any number of threads between start() and stop().
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "conveyor/config.hpp"
+#include "conveyor/detail/thread_group.hpp"
+#include "conveyor/error.hpp"
+#include "conveyor/ring/detail/storage.hpp"
+#include "conveyor/stage/batch.hpp"
+#include "conveyor/stage/concepts.hpp"
+#include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/map.hpp"
+#include "conveyor/stage/sink.hpp"
+#include "conveyor/stage/source.hpp"
+
+namespace conveyor {
+
+enum class stop_mode {
+  drain,   // take no new input; everything already inside completes
+  cancel,  // stop at once; what is inside is dropped and counted as cancelled
+};
+
+struct pipeline_options {
+  std::size_t ring_capacity = 1024;  // every ring between two stages (power of two)
+};
+
+// produced == completed + failed + cancelled once the pipeline has stopped.
+struct item_counts {
+  std::uint64_t produced = 0, completed = 0, failed = 0, cancelled = 0;
+};
+
+namespace detail {
+
+template <class T>
+struct is_input : std::false_type {};
+template <class T>
+struct is_input<input_stage<T>> : std::true_type {};
+template <class T>
+struct is_sink : std::false_type {};
+template <class F>
+struct is_sink<sink_stage<F>> : std::true_type {};
+
+// make_node: the running counterpart of each stage kind.
+template <class F>
+auto make_node(source_stage<F>&& s, control& ctl, void*, link<typename source_stage<F>::out_type>* out,
+               latency_recorder*) {
+  return std::make_unique<source_node<F>>(std::move(s), ctl, out);
+}
+template <class F, class In, class Out>
+auto make_node(map_stage<F>&& s, control& ctl, link<In>* in, link<Out>* out, latency_recorder*) {
+  return std::make_unique<map_node<F, In>>(std::move(s), ctl, in, out);
+}
+template <class In, class Out>
+auto make_node(batch_stage&& s, control& ctl, link<In>* in, link<Out>* out, latency_recorder*) {
+  return std::make_unique<batch_node<In>>(std::move(s), ctl, in, out);
+}
+template <class In, class Out>
+auto make_node(unbatch_stage&& s, control& ctl, link<In>* in, link<Out>* out, latency_recorder*) {
+  return std::make_unique<unbatch_node<In>>(std::move(s), ctl, in, out);
+}
+template <class F, class In>
+auto make_node(sink_stage<F>&& s, control& ctl, link<In>* in, void*, latency_recorder* lat) {
+  using node = decltype(make_sink_node(std::move(s), ctl, in, lat));
+  // terminal_node is not movable once built: construct it in place.
+  return std::unique_ptr<node>(new node(make_sink_node(std::move(s), ctl, in, lat)));
+}
+
+}  // namespace detail
+
+template <class Chain>
+class pipeline;
+
+template <class... Bound>
+class pipeline<chain<Bound...>> {
+  using stages_t = std::tuple<Bound...>;
+  static constexpr std::size_t n_stages = sizeof...(Bound);
+  template <std::size_t I>
+  using bound_t = std::tuple_element_t<I, stages_t>;
+  template <std::size_t I>
+  using stage_t = typename bound_t<I>::stage_type;
+  template <std::size_t I>
+  using out_t = typename bound_t<I>::out_type;
+
+  static constexpr bool service = detail::is_input<stage_t<0>>::value;
+  static constexpr bool has_sink = detail::is_sink<stage_t<n_stages - 1>>::value;
+  static_assert(n_stages >= 2 || service,
+                "conveyor::pipeline: a pipeline needs a source and at least one more stage");
+  static_assert(has_sink || service,
+                "conveyor::pipeline: end the chain with conveyor::sink(...) (or start it with "
+                "conveyor::input<T>() to get results back from submit())");
+
+ public:
+  // The type a service pipeline's submit() future yields.
+  using result_type = std::conditional_t<has_sink, void, out_t<n_stages - 1>>;
+  using input_type = out_t<0>;
+
+  // Builds every ring and stage; nothing runs yet. Bad configuration throws config_error.
+  explicit pipeline(chain<Bound...> c, pipeline_options options = {})
+      : state_(std::make_unique<state>(std::move(c), options)) {}
+
+  pipeline(pipeline&&) noexcept = default;
+  pipeline& operator=(pipeline&&) noexcept = default;
+  ~pipeline() {
+    if (state_ && state_->started && !state_->joined) {
+      state_->ctl.stop();
+      finish_threads();
+    }
+  }
+
+  // Runs a finite source to its end. Rethrows the first stage failure after joining.
+  // @note blocks the calling thread until every stage has finished.
+  item_counts run()
+    requires(!service)
+  {
+    start();
+    return wait();
+  }
+
+  // Starts every stage's threads. @throws closed_error if already started.
+  void start() {
+    if (state_->started) throw closed_error("conveyor::pipeline: start() called twice");
+    state_->started = true;
+    state_->start_ns = detail::now_ns();
+    start_nodes(std::make_index_sequence<n_stages>{});
+  }
+
+  // Service mode: hands x to the pipeline; the future holds its result, or the error
+  // that stopped the pipeline, or closed_error if it was cancelled.
+  // @note blocks while the pipeline is full (backpressure).
+  // @throws closed_error when the pipeline is not running.
+  std::future<result_type> submit(input_type x)
+    requires service
+  {
+    state& st = *state_;
+    if (!st.started || st.input_closed.load(std::memory_order_acquire))
+      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
+    auto ticket = st.free_tickets.pop();  // bounds the items in flight
+    if (!ticket) throw closed_error("conveyor::pipeline: submit() after stop()");
+    auto& slot = st.tickets[*ticket];
+    slot.promise = std::promise<result_type>{};
+    slot.in_use.store(true, std::memory_order_relaxed);  // relaxed: read after join
+    auto fut = slot.promise.get_future();
+    const std::uint64_t seq = st.next_seq.fetch_add(1, std::memory_order_relaxed);
+    st.ctl.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
+    // release (via the ring's push): the promise written above is visible to whichever
+    // thread pops this envelope and fulfils it.
+    if (!std::get<0>(st.rings)->push(
+            detail::envelope<input_type>{std::move(x), {seq, detail::now_ns(), *ticket}, {}})) {
+      st.ctl.cancel(1);
+      slot.promise.set_exception(std::make_exception_ptr(
+          closed_error("conveyor::pipeline: stopped before the item was accepted")));
+      (void)st.free_tickets.try_push(std::uint32_t{*ticket});  // never full: one slot per ticket
+    }
+    return fut;
+  }
+
+  // Stops the pipeline and waits for it. drain: input closes, everything inside
+  // completes; cancel: stages stop at once, what is inside counts as cancelled.
+  // @note blocks until every thread has joined. Rethrows a stage failure.
+  item_counts stop(stop_mode mode) {
+    if (!state_->started) throw closed_error("conveyor::pipeline: stop() before start()");
+    if (mode == stop_mode::cancel) {
+      state_->ctl.stop();
+    } else {
+      close_input();
+    }
+    return wait();
+  }
+
+  // Waits for the pipeline to finish (a finite source ends, or stop() was called).
+  // @note blocks the calling thread. Rethrows the first stage failure, after joining.
+  item_counts wait() {
+    if (!state_->started) throw closed_error("conveyor::pipeline: wait() before start()");
+    finish_threads();
+    state_->ctl.error.rethrow_if_any();
+    return counts();
+  }
+
+  // A snapshot: exact once the pipeline has stopped.
+  item_counts counts() const noexcept {
+    const auto& c = state_->ctl;
+    // relaxed: counters; after join they are exact, before it a recent snapshot.
+    return {c.produced.load(std::memory_order_relaxed), c.completed.load(std::memory_order_relaxed),
+            c.failed.load(std::memory_order_relaxed), c.cancelled.load(std::memory_order_relaxed)};
+  }
+
+  // Per-stage identity and counters, in pipeline order (for the report).
+  std::vector<detail::stage_info> stage_infos() const { return state_->infos; }
+  const detail::latency_recorder& item_latency() const noexcept { return state_->latency; }
+  std::int64_t start_time_ns() const noexcept { return state_->start_ns; }
+  std::int64_t end_time_ns() const noexcept { return state_->end_ns; }
+
+ private:
+  // One ring behind each stage that has output (a service's last stage included).
+  template <std::size_t I>
+  using ring_t = std::unique_ptr<detail::link<out_t<I>>>;
+  static constexpr std::size_t n_rings = has_sink ? n_stages - 1 : n_stages;
+
+  template <class Seq>
+  struct ring_tuple;
+  template <std::size_t... I>
+  struct ring_tuple<std::index_sequence<I...>> {
+    using type = std::tuple<ring_t<I>...>;
+  };
+  using rings_t = typename ring_tuple<std::make_index_sequence<n_rings>>::type;
+
+  // The result end of a service pipeline: fulfils each item's future.
+  struct ticket_slot {
+    std::promise<result_type> promise;
+    std::atomic<bool> in_use{false};
+  };
+  struct state;
+  struct result_deliver {
+    state* st;
+    void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
+      if (!e.metas.empty())
+        throw error("a service pipeline must deliver one result per submitted item; end "
+                    "the chain with unbatch() after a batch");
+      auto& slot = st->tickets[e.meta.ticket];
+      slot.promise.set_value(std::move(e.value));
+      slot.in_use.store(false, std::memory_order_relaxed);  // relaxed: the ring push publishes
+      st->free_tickets.push(std::uint32_t{e.meta.ticket});
+    }
+  };
+
+  template <std::size_t I>
+  static auto make_stage_node(stages_t& s, detail::control& ctl, rings_t& rings,
+                              detail::latency_recorder* lat, state* st) {
+    auto in = [&] {
+      if constexpr (I == 0) return static_cast<void*>(nullptr);
+      else return std::get<I - 1>(rings).get();
+    }();
+    auto out = [&] {
+      if constexpr (I < n_rings) return std::get<I>(rings).get();
+      else return static_cast<void*>(nullptr);
+    }();
+    if constexpr (detail::is_input<stage_t<I>>::value) {
+      return std::unique_ptr<int>{};  // the input ring is the whole stage
+    } else {
+      (void)st;
+      return detail::make_node(std::move(std::get<I>(s).stage), ctl, in, out, lat);
+    }
+  }
+
+  template <class Seq>
+  struct node_tuple;
+  template <std::size_t... I>
+  struct node_tuple<std::index_sequence<I...>> {
+    using type = std::tuple<decltype(make_stage_node<I>(std::declval<stages_t&>(),
+                                                        std::declval<detail::control&>(),
+                                                        std::declval<rings_t&>(), nullptr,
+                                                        nullptr))...>;
+  };
+  using nodes_t = typename node_tuple<std::make_index_sequence<n_stages>>::type;
+
+  using result_node_t = detail::terminal_node<out_t<n_stages - 1>, result_deliver>;
+
+  struct state {
+    state(chain<Bound...>&& c, const pipeline_options& o)
+        : options(o),
+          rings(make_rings(o, std::make_index_sequence<n_rings>{})),
+          nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})),
+          free_tickets(service ? detail::next_power_of_two(ticket_count(c)) : 2),
+          tickets(service ? ticket_count(c) : 0) {
+      register_closers(std::make_index_sequence<n_rings>{});
+      collect_infos(std::make_index_sequence<n_stages>{});
+      if constexpr (service) {
+        for (std::uint32_t t = 0; t < tickets.size(); ++t) (void)free_tickets.try_push(t);
+        ctl.on_stop([this] { free_tickets.close(); });
+        result.reset(new result_node_t("results", 1, result_deliver{this}, ctl,
+                                       std::get<n_rings - 1>(rings).get(), &latency));
+        infos.push_back(result->info());
+      }
+    }
+
+    template <std::size_t... I>
+    static rings_t make_rings(const pipeline_options& o, std::index_sequence<I...>) {
+      detail::check_ring_capacity("pipeline ring", o.ring_capacity);
+      return rings_t{std::make_unique<detail::link<out_t<I>>>(
+          I == 0 && service ? input_capacity() : o.ring_capacity)...};
+    }
+    static std::size_t input_capacity() { return 1024; }
+    static std::size_t ticket_count(const chain<Bound...>&) { return 1024; }
+
+    template <std::size_t... I>
+    nodes_t make_nodes(stages_t& s, std::index_sequence<I...>) {
+      return nodes_t{make_stage_node<I>(s, ctl, rings, &latency, this)...};
+    }
+    template <std::size_t... I>
+    void register_closers(std::index_sequence<I...>) {
+      (ctl.on_stop([r = std::get<I>(rings).get()] { r->close(); }), ...);
+    }
+    template <std::size_t... I>
+    void collect_infos(std::index_sequence<I...>) {
+      (
+          [&] {
+            if constexpr (!detail::is_input<stage_t<I>>::value)
+              infos.push_back(std::get<I>(nodes)->info());
+          }(),
+          ...);
+    }
+
+    pipeline_options options;
+    detail::control ctl;  // before rings and nodes: they register with it
+    detail::latency_recorder latency;
+    rings_t rings;
+    nodes_t nodes;
+    mpmc_ring<std::uint32_t> free_tickets;
+    std::vector<ticket_slot> tickets;
+    std::unique_ptr<result_node_t> result;
+    std::vector<detail::stage_info> infos;
+    detail::thread_group threads;
+    std::atomic<std::uint64_t> next_seq{0};
+    std::atomic<bool> input_closed{false};
+    bool started = false, joined = false;
+    std::int64_t start_ns = 0, end_ns = 0;
+  };
+
+  template <std::size_t... I>
+  void start_nodes(std::index_sequence<I...>) {
+    (
+        [&] {
+          if constexpr (!detail::is_input<stage_t<I>>::value)
+            std::get<I>(state_->nodes)->start(state_->threads);
+        }(),
+        ...);
+    if constexpr (service) state_->result->start(state_->threads);
+  }
+
+  void close_input() {
+    if constexpr (service) {
+      state_->input_closed.store(true, std::memory_order_release);  // pairs with submit()
+      std::get<0>(state_->rings)->close();
+    } else {
+      state_->ctl.stop_source.store(true, std::memory_order_release);
+    }
+  }
+
+  // Joins every thread, then accounts for whatever is still inside as cancelled.
+  void finish_threads() {
+    state& st = *state_;
+    if (st.joined) return;
+    st.threads.join();
+    st.joined = true;
+    st.end_ns = detail::now_ns();
+    drain_rings(std::make_index_sequence<n_rings>{});
+    if constexpr (service) {
+      st.free_tickets.close();
+      for (auto& slot : st.tickets)
+        if (slot.in_use.exchange(false))
+          slot.promise.set_exception(st.ctl.error.failed()
+                                         ? st.ctl.error.get()
+                                         : std::make_exception_ptr(closed_error(
+                                               "conveyor::pipeline: the item was cancelled")));
+    }
+  }
+
+  template <std::size_t... I>
+  void drain_rings(std::index_sequence<I...>) {
+    (
+        [&] {
+          auto& ring = *std::get<I>(state_->rings);
+          while (auto e = ring.try_pop()) state_->ctl.cancel(e->items());
+        }(),
+        ...);
+  }
+
+  std::unique_ptr<state> state_;
+};
+
+template <class... Bound>
+pipeline(chain<Bound...>) -> pipeline<chain<Bound...>>;
+template <class... Bound>
+pipeline(chain<Bound...>, pipeline_options) -> pipeline<chain<Bound...>>;
+
+}  // namespace conveyor

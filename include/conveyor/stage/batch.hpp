@@ -1,0 +1,234 @@
+// conveyor/stage/batch.hpp: group items into batches, and split batches back up.
+//
+//   conveyor::batch(64)                                   // fixed: 64 items, or fewer at the end
+//   conveyor::batch(64).max_delay(std::chrono::milliseconds(2))   // dynamic: leave when full,
+//                                                         //   or 2 ms after the first item came
+//   conveyor::unbatch()                                   // std::vector<T> -> T, in order
+//
+// batch turns T into std::vector<T>. A fixed batch waits until it is full; a dynamic batch
+// (Triton's dynamic batcher) also leaves when max_delay has passed since its first item,
+// so a trickle of requests is not held back. A partial batch always leaves at the end of
+// input and on stop(drain).
+// Thread-safety: each runs on one thread of its own.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "conveyor/config.hpp"
+#include "conveyor/detail/thread_group.hpp"
+#include "conveyor/stage/detail/context.hpp"
+
+namespace conveyor {
+
+class batch_stage {
+ public:
+  template <class In>
+  static constexpr bool accepts = std::is_move_constructible_v<In>;
+  template <class In>
+  using output = std::vector<In>;
+
+  explicit batch_stage(std::size_t max_size) : max_size_(max_size) {}
+  batch_stage& max_delay(std::chrono::nanoseconds d) & { max_delay_ = d; return *this; }
+  batch_stage&& max_delay(std::chrono::nanoseconds d) && { max_delay_ = d; return std::move(*this); }
+  batch_stage& name(std::string n) & { name_ = std::move(n); return *this; }
+  batch_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+
+  std::size_t max_size() const noexcept { return max_size_; }
+  std::optional<std::chrono::nanoseconds> max_delay() const noexcept { return max_delay_; }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::size_t max_size_;
+  std::optional<std::chrono::nanoseconds> max_delay_;
+  std::string name_ = "batch";
+};
+
+// Fixed-size batches of max_size items (dynamic with .max_delay()).
+inline batch_stage batch(std::size_t max_size) { return batch_stage(max_size); }
+
+class unbatch_stage {
+  template <class In>
+  struct is_vector : std::false_type {};
+  template <class T, class A>
+  struct is_vector<std::vector<T, A>> : std::true_type {};
+
+ public:
+  template <class In>
+  static constexpr bool accepts = is_vector<In>::value;
+  template <class In>
+  using output = typename In::value_type;
+
+  unbatch_stage& name(std::string n) & { name_ = std::move(n); return *this; }
+  unbatch_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::string name_ = "unbatch";
+};
+
+inline unbatch_stage unbatch() { return {}; }
+
+// What batching did, for the report.
+struct batch_counters {
+  std::atomic<std::uint64_t> batches{0}, items{0}, flushed_on_timeout{0};
+};
+
+namespace detail {
+
+inline constexpr std::size_t max_batch_size = std::size_t{1} << 20;
+
+template <class In>
+class batch_node {
+ public:
+  using out_type = std::vector<In>;
+
+  batch_node(batch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
+      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), workers_(1) {
+    CONVEYOR_EXPECTS(stage_.max_size() >= 1 && stage_.max_size() <= max_batch_size,
+                     "batch '" + stage_.name() + "': max size must be in [1, 2^20], got " +
+                         std::to_string(stage_.max_size()));
+    CONVEYOR_EXPECTS(!stage_.max_delay() || stage_.max_delay()->count() > 0,
+                     "batch '" + stage_.name() + "': max_delay must be positive; leave it unset "
+                     "for fixed-size batches");
+  }
+
+  stage_info info() { return {stage_.name(), stage_kind::batch, in_->capacity(), &workers_}; }
+  const batch_counters& counters() const noexcept { return counters_; }
+  std::size_t max_size() const noexcept { return stage_.max_size(); }
+
+  void start(thread_group& threads) {
+    threads.spawn([this] { run(); });
+  }
+
+ private:
+  void run() noexcept {
+    stopwatch clock{workers_[0]};
+    const std::size_t max = stage_.max_size();
+    const auto delay = stage_.max_delay();
+    for (;;) {
+      auto first = in_->pop();
+      clock.starved();
+      if (!first || ctl_.is_stopping()) {
+        if (first) ctl_.cancel(first->items());
+        break;
+      }
+      clock.counters().sample_occupancy(in_->size_approx());
+      envelope<out_type> b{{}, first->meta, {}};
+      b.value.reserve(max);
+      b.metas.reserve(max);
+      add(b, std::move(*first));
+      const auto deadline = std::chrono::steady_clock::now() +
+                            (delay ? *delay : std::chrono::nanoseconds::zero());
+      bool timed_out = false;
+      while (b.value.size() < max) {
+        clock.busy();
+        auto next = delay ? in_->pop_until(deadline) : in_->pop();
+        clock.starved();
+        if (!next) {
+          timed_out = delay.has_value() && !in_->closed();
+          break;
+        }
+        add(b, std::move(*next));
+      }
+      clock.busy();
+      const std::uint64_t n = b.items();
+      // relaxed: single writer, read by the report after join.
+      counters_.batches.fetch_add(1, std::memory_order_relaxed);
+      counters_.items.fetch_add(n, std::memory_order_relaxed);
+      if (timed_out) counters_.flushed_on_timeout.fetch_add(1, std::memory_order_relaxed);
+      worker_counters::add(clock.counters().items, static_cast<std::int64_t>(n));
+      if (ctl_.is_stopping() || !out_->push(std::move(b))) {
+        ctl_.cancel(n);
+        break;
+      }
+      clock.blocked();
+    }
+    out_->close();
+  }
+
+  static void add(envelope<out_type>& b, envelope<In>&& item) {
+    b.value.push_back(std::move(item.value));
+    if (item.metas.empty()) {
+      b.metas.push_back(item.meta);
+    } else {
+      // Batching a batch: the items keep their identities; the batch counts them all.
+      b.metas.insert(b.metas.end(), item.metas.begin(), item.metas.end());
+    }
+  }
+
+  batch_stage stage_;
+  control& ctl_;
+  link<In>* in_;
+  link<out_type>* out_;
+  std::vector<worker_counters> workers_;
+  batch_counters counters_;
+};
+
+template <class In>
+class unbatch_node {
+ public:
+  using out_type = typename In::value_type;
+
+  unbatch_node(unbatch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
+      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), workers_(1) {}
+
+  stage_info info() { return {stage_.name(), stage_kind::unbatch, in_->capacity(), &workers_}; }
+
+  void start(thread_group& threads) {
+    threads.spawn([this] { run(); });
+  }
+
+ private:
+  void run() noexcept {
+    stopwatch clock{workers_[0]};
+    for (;;) {
+      auto b = in_->pop();
+      clock.starved();
+      if (!b) break;
+      clock.counters().sample_occupancy(in_->size_approx());
+      const std::size_t n = b->value.size();
+      if (ctl_.is_stopping()) {
+        ctl_.cancel(b->items());
+        break;
+      }
+      if (b->metas.size() != n) {
+        // A batch whose element count no longer matches its items (a map changed its
+        // length): the items cannot be told apart any more.
+        try {
+          throw error("unbatch: the batch holds " + std::to_string(n) + " elements for " +
+                      std::to_string(b->metas.size()) +
+                      " items; a stage between batch and unbatch must keep one element per item");
+        } catch (...) {
+          ctl_.fail_current(stage_.name(), b->meta.seq, b->items());
+        }
+        break;
+      }
+      std::size_t i = 0;
+      for (; i < n; ++i) {
+        worker_counters::add(clock.counters().items, 1);
+        if (!out_->push(envelope<out_type>{std::move(b->value[i]), b->metas[i], {}})) break;
+      }
+      clock.blocked();
+      if (i < n) {
+        ctl_.cancel(n - i);
+        break;
+      }
+    }
+    out_->close();
+  }
+
+  unbatch_stage stage_;
+  control& ctl_;
+  link<In>* in_;
+  link<out_type>* out_;
+  std::vector<worker_counters> workers_;
+};
+
+}  // namespace detail
+}  // namespace conveyor

@@ -1,0 +1,233 @@
+// conveyor/stage/map.hpp: a CPU stage with N worker threads.
+//
+//   auto prep = conveyor::map([](image im) { return normalize(decode(im)); })
+//                   .workers(3)        // three threads share the input
+//                   .ordered()         // restore input order after them (bounded window)
+//                   .name("decode+normalize");
+//
+// The function takes the previous stage's output by value (or const&/&&) and returns the
+// next stage's input. With several workers, items leave in completion order unless
+// .ordered() is set; then they leave in the order they arrived, with at most
+// `reorder_window` items held back (a worker waits before starting an item that far
+// ahead of the oldest one still in flight).
+// Thread-safety: the function is called concurrently from all workers; it must be safe
+// for that (a pure function is).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "conveyor/config.hpp"
+#include "conveyor/detail/thread_group.hpp"
+#include "conveyor/ring/detail/storage.hpp"
+#include "conveyor/ring/detail/wait.hpp"
+#include "conveyor/stage/detail/context.hpp"
+
+namespace conveyor {
+
+template <class F>
+class map_stage {
+ public:
+  // The stage accepts In when the function can be called with an In rvalue and returns
+  // a value (not void: a stage that consumes without output is a sink).
+  template <class In>
+  static constexpr bool accepts =
+      std::is_invocable_v<F&, In&&> && !std::is_void_v<std::invoke_result_t<F&, In&&>>;
+  template <class In>
+  using output = std::decay_t<std::invoke_result_t<F&, In&&>>;
+
+  explicit map_stage(F fn) : fn_(std::move(fn)) {}
+
+  // @throws config_error (at pipeline construction) for 0 or more than 1024 workers.
+  map_stage& workers(std::size_t n) & { workers_ = n; return *this; }
+  map_stage&& workers(std::size_t n) && { workers_ = n; return std::move(*this); }
+  map_stage& ordered(bool on = true) & { ordered_ = on; return *this; }
+  map_stage&& ordered(bool on = true) && { ordered_ = on; return std::move(*this); }
+  map_stage& name(std::string n) & { name_ = std::move(n); return *this; }
+  map_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+
+  std::size_t workers() const noexcept { return workers_; }
+  bool is_ordered() const noexcept { return ordered_; }
+  const std::string& name() const noexcept { return name_; }
+  F& function() noexcept { return fn_; }
+
+ private:
+  F fn_;
+  std::size_t workers_ = 1;
+  bool ordered_ = false;
+  std::string name_ = "map";
+};
+
+template <class F>
+map_stage<std::decay_t<F>> map(F&& fn) {
+  return map_stage<std::decay_t<F>>(std::forward<F>(fn));
+}
+
+namespace detail {
+
+inline constexpr std::size_t max_workers = 1024;
+
+inline void check_workers(const std::string& stage, std::size_t n) {
+  CONVEYOR_EXPECTS(n >= 1 && n <= max_workers,
+                   "stage '" + stage + "': workers must be in [1, 1024], got " +
+                       std::to_string(n) + "; pass .workers(1) or more (usually <= cores)");
+}
+
+// Restores input order behind parallel workers. Worker with input position p deposits
+// its result in slot p % window; whoever deposits the oldest missing position becomes
+// the emitter and pushes every consecutive ready result downstream. A worker may start
+// position p only when p < emitted + window, so the buffer never overflows and the
+// oldest item can always be deposited (no deadlock).
+template <class T>
+class reorder_buffer {
+ public:
+  reorder_buffer(std::size_t window, link<T>* out, control& ctl)
+      : window_(window), slots_(window), out_(out), ctl_(ctl) {}
+
+  // Blocks until position p may be deposited; false if the pipeline is stopping.
+  bool admit(std::size_t p) noexcept {
+    auto ok = [&] {
+      // acquire: pairs with the release store of emitted_ in emit().
+      return p < emitted_.load(std::memory_order_acquire) + window_ || ctl_.is_stopping();
+    };
+    room_.wait(ok);
+    return !ctl_.is_stopping();
+  }
+
+  // Stores the result for position p (admitted) and emits whatever became consecutive.
+  void deposit(std::size_t p, envelope<T>&& v) noexcept {
+    slot& s = slots_[p % window_];
+    s.value.emplace(std::move(v));
+    // seq_cst: Dekker with the emitter's release of emitting_ and its re-check of this
+    // slot in emit(): either it sees this store, or our exchange below sees it gone.
+    s.ready.store(p + 1, std::memory_order_seq_cst);
+    emit();
+  }
+
+  // Wakes admit() waiters after a stop.
+  void wake() noexcept { room_.notify(); }
+
+ private:
+  struct slot {
+    std::atomic<std::size_t> ready{0};  // position + 1 of the value held, 0 if none
+    std::optional<envelope<T>> value;
+  };
+
+  void emit() noexcept {
+    for (;;) {
+      // acquire: pairs with the release store of emitting_ below by the previous
+      // emitter; its writes to next_ and the slots are visible to us.
+      if (emitting_.exchange(true, std::memory_order_seq_cst)) return;  // someone emits
+      std::size_t next = next_;
+      for (;;) {
+        slot& s = slots_[next % window_];
+        // acquire: pairs with the store of ready in deposit(); the value is written.
+        if (s.ready.load(std::memory_order_acquire) != next + 1) break;
+        envelope<T> v = std::move(*s.value);
+        s.value.reset();
+        s.ready.store(0, std::memory_order_relaxed);  // relaxed: only the emitter reads it next
+        ++next;
+        next_ = next;
+        // release: pairs with the acquire in admit(); the slot is free for reuse.
+        emitted_.store(next, std::memory_order_release);
+        room_.notify();
+        const std::uint64_t n = v.items();
+        if (!out_->push(std::move(v))) ctl_.cancel(n);  // stopping: the rest is drained later
+      }
+      // seq_cst: see deposit(); after releasing, re-check the slot we stopped at, since
+      // its depositor may have found emitting_ still set and left it to us.
+      emitting_.store(false, std::memory_order_seq_cst);
+      if (slots_[next % window_].ready.load(std::memory_order_seq_cst) != next + 1) return;
+    }
+  }
+
+  const std::size_t window_;
+  std::vector<slot> slots_;
+  link<T>* out_;
+  control& ctl_;
+  std::size_t next_ = 0;  // emitter only (guarded by emitting_)
+  alignas(cache_line_size) std::atomic<bool> emitting_{false};
+  alignas(cache_line_size) std::atomic<std::size_t> emitted_{0};
+  detail::wait_point room_;
+};
+
+template <class F, class In>
+class map_node {
+ public:
+  using out_type = typename map_stage<F>::template output<In>;
+
+  map_node(map_stage<F> stage, control& ctl, link<In>* in, link<out_type>* out)
+      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
+        workers_((check_workers(stage_.name(), stage_.workers()), stage_.workers())) {
+    if (stage_.is_ordered()) {
+      reorder_.emplace(next_power_of_two(4 * stage_.workers() + 60), out_, ctl_);
+      ctl_.on_stop([this] { reorder_->wake(); });
+    }
+  }
+
+  stage_info info() { return {stage_.name(), stage_kind::map, in_->capacity(), &workers_}; }
+
+  void start(thread_group& threads) {
+    live_.store(workers_.size(), std::memory_order_relaxed);  // relaxed: before spawn
+    for (std::size_t w = 0; w < workers_.size(); ++w) threads.spawn([this, w] { run(w); });
+  }
+
+ private:
+  void run(std::size_t w) noexcept {
+    stopwatch clock{workers_[w]};
+    const bool ordered = reorder_.has_value();
+    for (;;) {
+      std::size_t pos = 0;
+      auto in = ordered ? in_->pop(&pos) : in_->pop();
+      clock.starved();
+      if (!in) break;
+      clock.counters().sample_occupancy(in_->size_approx());
+      if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos))) {
+        ctl_.cancel(in->items());
+        break;
+      }
+      clock.starved();  // waiting for the reorder window counts as waiting for input
+      std::optional<envelope<out_type>> out;
+      try {
+        out.emplace(envelope<out_type>{stage_.function()(std::move(in->value)), in->meta,
+                                       std::move(in->metas)});
+      } catch (...) {
+        clock.busy();
+        ctl_.fail_current(stage_.name(), in->meta.seq, in->items());
+        break;
+      }
+      clock.busy();
+      worker_counters::add(clock.counters().items, static_cast<std::int64_t>(out->items()));
+      if (ordered) {
+        reorder_->deposit(pos, std::move(*out));
+      } else {
+        const std::uint64_t n = out->items();
+        if (!out_->push(std::move(*out))) {
+          ctl_.cancel(n);
+          break;
+        }
+      }
+      clock.blocked();
+    }
+    // acq_rel: the last worker out closes the ring behind the stage, after every
+    // worker's pushes (release by each, acquire by the last).
+    if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) out_->close();
+  }
+
+  map_stage<F> stage_;
+  control& ctl_;
+  link<In>* in_;
+  link<out_type>* out_;
+  std::vector<worker_counters> workers_;
+  std::optional<reorder_buffer<out_type>> reorder_;
+  std::atomic<std::size_t> live_{0};
+};
+
+}  // namespace detail
+}  // namespace conveyor

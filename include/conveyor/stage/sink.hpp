@@ -1,0 +1,125 @@
+// conveyor/stage/sink.hpp: where items leave the pipeline.
+//
+//   auto out = conveyor::sink([&](label l) { results.push_back(l); });      // one thread
+//   auto db  = conveyor::sink([&](row r) { db.insert(r); }).workers(4);     // four threads
+//
+// A sink with one worker sees items in the order the stage before it emits them (so
+// after an ordered map, in input order). An item counts as completed when the sink's
+// function returns; its latency is measured from when it entered the pipeline.
+// Thread-safety: with several workers the function is called concurrently.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "conveyor/config.hpp"
+#include "conveyor/detail/thread_group.hpp"
+#include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/map.hpp"
+
+namespace conveyor {
+
+template <class F>
+class sink_stage {
+ public:
+  template <class In>
+  static constexpr bool accepts = std::is_invocable_v<F&, In&&>;
+  template <class In>
+  using output = void;
+
+  explicit sink_stage(F fn) : fn_(std::move(fn)) {}
+  sink_stage& workers(std::size_t n) & { workers_ = n; return *this; }
+  sink_stage&& workers(std::size_t n) && { workers_ = n; return std::move(*this); }
+  sink_stage& name(std::string n) & { name_ = std::move(n); return *this; }
+  sink_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+
+  std::size_t workers() const noexcept { return workers_; }
+  const std::string& name() const noexcept { return name_; }
+  F& function() noexcept { return fn_; }
+
+ private:
+  F fn_;
+  std::size_t workers_ = 1;
+  std::string name_ = "sink";
+};
+
+template <class F>
+sink_stage<std::decay_t<F>> sink(F&& fn) {
+  return sink_stage<std::decay_t<F>>(std::forward<F>(fn));
+}
+
+namespace detail {
+
+// The end of a pipeline: calls `deliver(envelope&&)` for each arriving envelope on
+// `workers` threads, with the accounting every end shares. Deliver returns normally
+// when the item completed; a throw fails the pipeline with that item.
+template <class In, class Deliver>
+class terminal_node {
+ public:
+  terminal_node(std::string name, std::size_t workers, Deliver deliver, control& ctl,
+                link<In>* in, latency_recorder* latency)
+      : name_(std::move(name)), deliver_(std::move(deliver)), ctl_(ctl), in_(in),
+        latency_(latency), workers_((check_workers(name_, workers), workers)) {}
+
+  stage_info info() { return {name_, stage_kind::sink, in_->capacity(), &workers_}; }
+  Deliver& deliver() noexcept { return deliver_; }
+
+  void start(thread_group& threads) {
+    for (std::size_t w = 0; w < workers_.size(); ++w) threads.spawn([this, w] { run(w); });
+  }
+
+ private:
+  void run(std::size_t w) noexcept {
+    stopwatch clock{workers_[w]};
+    for (;;) {
+      auto in = in_->pop();
+      clock.starved();
+      if (!in) break;
+      clock.counters().sample_occupancy(in_->size_approx());
+      const std::uint64_t n = in->items();
+      if (ctl_.is_stopping()) {
+        ctl_.cancel(n);
+        break;
+      }
+      const item_meta meta = in->meta;
+      std::vector<item_meta> metas = std::move(in->metas);
+      try {
+        deliver_(std::move(*in));
+      } catch (...) {
+        clock.busy();
+        ctl_.fail_current(name_, meta.seq, n);
+        break;
+      }
+      clock.busy();
+      const std::int64_t t = now_ns();
+      if (latency_) {
+        if (metas.empty()) latency_->record(t - meta.t0_ns);
+        for (const item_meta& m : metas) latency_->record(t - m.t0_ns);
+      }
+      worker_counters::add(clock.counters().items, static_cast<std::int64_t>(n));
+      ctl_.completed.fetch_add(n, std::memory_order_relaxed);  // relaxed: read after join
+    }
+  }
+
+  std::string name_;
+  Deliver deliver_;
+  control& ctl_;
+  link<In>* in_;
+  latency_recorder* latency_;
+  std::vector<worker_counters> workers_;
+};
+
+template <class F, class In>
+auto make_sink_node(sink_stage<F> stage, control& ctl, link<In>* in, latency_recorder* latency) {
+  auto deliver = [fn = std::move(stage.function())](envelope<In>&& e) mutable {
+    fn(std::move(e.value));
+  };
+  return terminal_node<In, decltype(deliver)>(stage.name(), stage.workers(), std::move(deliver),
+                                               ctl, in, latency);
+}
+
+}  // namespace detail
+}  // namespace conveyor

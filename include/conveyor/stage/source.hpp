@@ -1,0 +1,151 @@
+// conveyor/stage/source.hpp: where items come from.
+//
+//   auto frames = conveyor::source([&]() -> std::optional<frame> { return camera.next(); });
+//   auto nums   = conveyor::from_range(std::views::iota(0, 1000));    // a range works too
+//   auto svc    = conveyor::input<request>().capacity(256);          // items arrive by submit()
+//
+// A source runs on one thread and calls its function until it returns std::nullopt (end
+// of input); that closes the ring behind it, and the stages after it drain and finish.
+// `input<T>()` starts a service pipeline instead: no thread, items come from submit().
+// Thread-safety: the function is called from one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <iterator>
+#include <optional>
+#include <ranges>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "conveyor/config.hpp"
+#include "conveyor/detail/thread_group.hpp"
+#include "conveyor/stage/detail/context.hpp"
+
+namespace conveyor {
+
+namespace detail {
+template <class T>
+struct is_optional : std::false_type {};
+template <class T>
+struct is_optional<std::optional<T>> : std::true_type {};
+}  // namespace detail
+
+template <class F>
+class source_stage {
+  static_assert(std::is_invocable_v<F&>, "conveyor::source: the function must take no arguments");
+  static_assert(detail::is_optional<std::invoke_result_t<F&>>::value,
+                "conveyor::source: the function must return std::optional<T> (nullopt ends the input)");
+
+ public:
+  using out_type = typename std::invoke_result_t<F&>::value_type;
+
+  explicit source_stage(F fn) : fn_(std::move(fn)) {}
+  source_stage& name(std::string n) & { name_ = std::move(n); return *this; }
+  source_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+
+  const std::string& name() const noexcept { return name_; }
+  F& function() noexcept { return fn_; }
+
+ private:
+  F fn_;
+  std::string name_ = "source";
+};
+
+// Items from a callable returning std::optional<T>; nullopt ends the input.
+template <class F>
+source_stage<std::decay_t<F>> source(F&& fn) {
+  return source_stage<std::decay_t<F>>(std::forward<F>(fn));
+}
+
+// Items from a range, in order. The range is moved into the stage (views are cheap).
+template <std::ranges::input_range R>
+auto from_range(R&& range) {
+  using value = std::ranges::range_value_t<R>;
+  return source([r = std::forward<R>(range), it = std::optional<std::ranges::iterator_t<R>>{},
+                 first = true]() mutable -> std::optional<value> {
+    if (first) {
+      it.emplace(std::ranges::begin(r));
+      first = false;
+    }
+    if (*it == std::ranges::end(r)) return std::nullopt;
+    std::optional<value> v{**it};
+    ++*it;
+    return v;
+  });
+}
+
+// The head of a service pipeline: items arrive through pipeline::submit().
+template <class T>
+class input_stage {
+ public:
+  using out_type = T;
+  input_stage& capacity(std::size_t n) & { capacity_ = n; return *this; }
+  input_stage&& capacity(std::size_t n) && { capacity_ = n; return std::move(*this); }
+  std::size_t capacity() const noexcept { return capacity_; }
+  const std::string& name() const noexcept { return name_; }
+
+ private:
+  std::size_t capacity_ = 1024;
+  std::string name_ = "input";
+};
+
+template <class T>
+input_stage<T> input() {
+  return {};
+}
+
+namespace detail {
+
+template <class F>
+class source_node {
+ public:
+  using out_type = typename source_stage<F>::out_type;
+
+  source_node(source_stage<F> stage, control& ctl, link<out_type>* out)
+      : stage_(std::move(stage)), ctl_(ctl), out_(out), workers_(1) {}
+
+  stage_info info() { return {stage_.name(), stage_kind::source, 0, &workers_}; }
+
+  void start(thread_group& threads) {
+    threads.spawn([this] { run(); });
+  }
+
+ private:
+  void run() noexcept {
+    stopwatch clock{workers_[0]};
+    std::uint64_t seq = 0;
+    // acquire: pairs with the release store in pipeline::stop(drain).
+    while (!ctl_.is_stopping() && !ctl_.stop_source.load(std::memory_order_acquire)) {
+      clock.starved();  // time between items spent outside the user function
+      std::optional<out_type> v;
+      try {
+        v = stage_.function()();
+      } catch (...) {
+        clock.busy();
+        ctl_.fail_current(stage_.name(), seq, 0);  // no item was produced
+        break;
+      }
+      clock.busy();
+      if (!v) break;
+      ctl_.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
+      workers_[0].add(workers_[0].items, 1);
+      const item_meta meta{seq++, now_ns(), no_ticket};
+      if (!out_->push(envelope<out_type>{std::move(*v), meta, {}})) {
+        ctl_.cancel(1);  // refused: the pipeline is stopping
+        break;
+      }
+      clock.blocked();
+    }
+    out_->close();
+  }
+
+  source_stage<F> stage_;
+  control& ctl_;
+  link<out_type>* out_;
+  std::vector<worker_counters> workers_;
+};
+
+}  // namespace detail
+}  // namespace conveyor

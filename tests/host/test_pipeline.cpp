@@ -1,0 +1,270 @@
+// The pipeline on the host: composition, ordering, batching, backpressure, service mode,
+// stop under load, accounting and a long soak.
+#include "conveyor/pipeline.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace conveyor;
+namespace t = conveyor::test;
+
+namespace {
+
+void require_conserved(const item_counts& c) {
+  CAPTURE(c.produced, c.completed, c.failed, c.cancelled);
+  REQUIRE(c.produced == c.completed + c.failed + c.cancelled);
+}
+
+// Busy-waits for a random few microseconds: varies completion order between workers.
+void random_pause(std::uint64_t seed) {
+  std::minstd_rand r{static_cast<unsigned>(seed * 2654435761u + 1)};
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(r() % 50);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: source -> parallel ordered maps -> sink keeps input order") {
+  const std::size_t workers = GENERATE(1u, 2u, 4u, 8u);
+  const std::uint64_t n = t::scaled(20000);
+  CAPTURE(workers, n);
+  std::vector<std::uint64_t> got;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+             map([](std::uint64_t x) {
+               random_pause(x);
+               return x * 3;
+             }).workers(workers).ordered() |
+             map([](std::uint64_t x) { return x + 1; }).workers(workers).ordered() |
+             sink([&](std::uint64_t x) { got.push_back(x); })};
+  const auto c = p.run();
+  require_conserved(c);
+  REQUIRE(c.completed == n);
+  REQUIRE(got.size() == n);
+  bool in_order = true;
+  for (std::uint64_t i = 0; i < n; ++i) in_order &= got[i] == 3 * i + 1;
+  REQUIRE(in_order);
+}
+
+TEST_CASE("pipeline: unordered parallel map delivers every item exactly once") {
+  const std::uint64_t n = t::scaled(100000);
+  std::vector<std::uint64_t> got;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+             map([](std::uint64_t x) { return x; }).workers(4) |
+             sink([&](std::uint64_t x) { got.push_back(x); })};
+  require_conserved(p.run());
+  std::sort(got.begin(), got.end());
+  REQUIRE(got.size() == n);
+  std::vector<std::uint64_t> expected(n);
+  std::iota(expected.begin(), expected.end(), 0);
+  REQUIRE(got == expected);
+}
+
+TEST_CASE("pipeline: fixed and dynamic batches, flushed at the end, unbatched in order") {
+  const std::size_t size = GENERATE(1u, 7u, 64u);
+  const bool dynamic = GENERATE(false, true);
+  const std::uint64_t n = 1000;
+  CAPTURE(size, dynamic);
+  std::vector<std::size_t> batch_sizes;
+  std::vector<std::uint64_t> got;
+  auto b = batch(size);
+  if (dynamic) b.max_delay(std::chrono::milliseconds(1));
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) | std::move(b) |
+             map([&](std::vector<std::uint64_t> v) {
+               batch_sizes.push_back(v.size());
+               return v;
+             }) |
+             unbatch() | sink([&](std::uint64_t x) { got.push_back(x); })};
+  require_conserved(p.run());
+  REQUIRE(got.size() == n);
+  for (std::uint64_t i = 0; i < n; ++i) REQUIRE(got[i] == i);
+  for (std::size_t s : batch_sizes) REQUIRE(s <= size);
+  REQUIRE(std::accumulate(batch_sizes.begin(), batch_sizes.end(), std::size_t{0}) == n);
+  if (!dynamic) {
+    // Fixed batches are full except the last.
+    for (std::size_t i = 0; i + 1 < batch_sizes.size(); ++i) REQUIRE(batch_sizes[i] == size);
+  }
+}
+
+TEST_CASE("pipeline: a dynamic batch leaves at its deadline with what it has") {
+  // The source hands out 3 items, then waits on a gate the sink opens: only the batch's
+  // deadline can get those 3 items to the sink. A fixed batch of 8 would hang here.
+  std::atomic<bool> gate{false};
+  std::vector<std::size_t> sizes;
+  int produced = 0;
+  pipeline p{source([&]() -> std::optional<int> {
+               if (produced == 3) gate.wait(false);
+               if (produced == 6) return std::nullopt;
+               return produced++;
+             }) |
+             batch(8).max_delay(std::chrono::milliseconds(5)) |
+             sink([&](std::vector<int> v) {
+               sizes.push_back(v.size());
+               gate.store(true);
+               gate.notify_all();
+             })};
+  require_conserved(p.run());
+  REQUIRE(sizes.size() == 2);
+  REQUIRE(sizes[0] == 3);
+  REQUIRE(sizes[1] == 3);
+}
+
+TEST_CASE("pipeline: a slow sink never lets items in flight exceed the bound") {
+  // Live items are counted by construction/destruction; with every ring at capacity 4
+  // the items alive at once are bounded by rings + what each stage holds.
+  t::counted::live.store(0);
+  std::atomic<long> max_live{0};
+  const std::uint64_t n = t::scaled(3000);
+  {
+    pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+                   map([](std::uint64_t x) { return t::counted{x}; }).workers(2) |
+                   map([](t::counted c) { return c; }) | sink([&](t::counted) {
+                     long live = t::counted::live.load();
+                     long m = max_live.load();
+                     while (live > m && !max_live.compare_exchange_weak(m, live)) {
+                     }
+                     std::this_thread::yield();
+                   }),
+               pipeline_options{.ring_capacity = 4}};
+    require_conserved(p.run());
+  }
+  // 2 rings x 4 + 2 map workers + 1 map + 1 sink, each holding at most two copies
+  // (the envelope and the value being moved), plus the optional in the ring pop.
+  CHECK(max_live.load() <= 2 * (2 * 4 + 2 + 1 + 1) + 4);
+  REQUIRE(t::counted::live.load() == 0);
+}
+
+TEST_CASE("pipeline: service mode: submit returns futures, stop(drain) completes all") {
+  pipeline svc{input<int>() | map([](int x) { return x * 2; }).workers(2) | batch(4) |
+               map([](std::vector<int> v) {
+                 for (int& x : v) x += 1;
+                 return v;
+               }) |
+               unbatch()};
+  svc.start();
+  std::vector<std::future<int>> futures;
+  std::vector<std::thread> clients;
+  std::mutex m;
+  for (int c = 0; c < 4; ++c)
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 250; ++i) {
+        auto f = svc.submit(c * 1000 + i);
+        std::lock_guard lock{m};
+        futures.push_back(std::move(f));
+      }
+    });
+  for (auto& th : clients) th.join();
+  const auto c = svc.stop(stop_mode::drain);
+  require_conserved(c);
+  REQUIRE(c.completed == 1000);
+  long sum = 0;
+  for (auto& f : futures) sum += f.get();
+  long expected = 0;
+  for (int c2 = 0; c2 < 4; ++c2)
+    for (int i = 0; i < 250; ++i) expected += 2 * (c2 * 1000 + i) + 1;
+  REQUIRE(sum == expected);
+  REQUIRE_THROWS_AS(svc.submit(1), closed_error);
+}
+
+TEST_CASE("pipeline: stop(cancel) under load accounts for every item") {
+  std::atomic<bool> release{false};
+  pipeline svc{input<int>() | map([&](int x) {
+                 while (!release.load()) std::this_thread::yield();
+                 return x;
+               }).workers(2)};
+  svc.start();
+  std::vector<std::future<int>> futures;
+  for (int i = 0; i < 100; ++i) futures.push_back(svc.submit(int{i}));
+  std::thread releaser{[&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    release.store(true);
+  }};
+  const auto c = svc.stop(stop_mode::cancel);
+  releaser.join();
+  require_conserved(c);
+  REQUIRE(c.produced == 100);
+  REQUIRE(c.cancelled >= 98 - c.completed);
+  std::size_t ok = 0, cancelled = 0;
+  for (auto& f : futures) {
+    try {
+      f.get();
+      ++ok;
+    } catch (const closed_error&) {
+      ++cancelled;
+    }
+  }
+  REQUIRE(ok == c.completed);
+  REQUIRE(ok + cancelled == 100);
+}
+
+TEST_CASE("pipeline: stop(drain) on a running source pipeline ends it cleanly") {
+  std::atomic<std::uint64_t> seen{0};
+  pipeline p{source([i = 0]() mutable -> std::optional<int> { return i++; }) |  // endless
+             map([](int x) { return x; }) | sink([&](int) { seen.fetch_add(1); })};
+  p.start();
+  while (seen.load() < 1000) std::this_thread::yield();
+  const auto c = p.stop(stop_mode::drain);
+  require_conserved(c);
+  REQUIRE(c.cancelled == 0);  // drain: everything produced completes
+  REQUIRE(c.completed == seen.load());
+}
+
+TEST_CASE("pipeline: a consumer that stops early (sink throws) stops everything") {
+  pipeline p{source([i = 0]() mutable -> std::optional<int> { return i++; }) |  // endless
+             map([](int x) { return x; }).workers(2) | sink([](int x) {
+               if (x == 500) throw std::runtime_error("enough");
+             })};
+  REQUIRE_THROWS_AS(p.run(), stage_error);
+  require_conserved(p.counts());
+  REQUIRE(p.counts().failed == 1);
+}
+
+TEST_CASE("pipeline: bad configuration fails at construction with what to change") {
+  auto src = [] { return from_range(std::vector<int>{1, 2, 3}); };
+  auto noop = [](int) {};
+  REQUIRE_THROWS_WITH(pipeline(src() | map([](int x) { return x; }).workers(0) | sink(noop)),
+                      Catch::Contains("workers must be in [1, 1024]"));
+  REQUIRE_THROWS_WITH(pipeline(src() | batch(0) | sink([](std::vector<int>) {})),
+                      Catch::Contains("max size must be in [1, 2^20]"));
+  REQUIRE_THROWS_WITH(
+      pipeline(src() | sink(noop), pipeline_options{.ring_capacity = 1000}),
+      Catch::Contains("pass 1024"));
+  REQUIRE_THROWS_WITH(pipeline(src() | sink(noop).workers(5000)),
+                      Catch::Contains("workers must be in [1, 1024]"));
+}
+
+TEST_CASE("pipeline: soak of 1M items through every stage kind with bounded memory") {
+  const std::uint64_t n = t::scaled(1'000'000);
+  t::counted::live.store(0);
+  std::atomic<long> max_live{0};
+  std::uint64_t sum = 0, count = 0;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+             map([](std::uint64_t x) { return t::counted{x}; }).workers(2).ordered() |
+             batch(32).max_delay(std::chrono::microseconds(200)) | unbatch() |
+             sink([&](t::counted c) {
+               sum += c.value;
+               ++count;
+               if ((count & 1023) == 0) {
+                 const long live = t::counted::live.load();
+                 if (live > max_live.load()) max_live.store(live);
+               }
+             }),
+             pipeline_options{.ring_capacity = 256}};
+  require_conserved(p.run());
+  REQUIRE(count == n);
+  REQUIRE(sum == n * (n - 1) / 2);
+  // Bounded by rings (3 x 256 items, one ring of 256 batches of 32) + stage-held items,
+  // independent of n: a leak or an unbounded queue would grow with the run.
+  CHECK(max_live.load() <= 3 * 256 + 256 * 32 + 2 * 32 + 64);
+  REQUIRE(t::counted::live.load() == 0);
+}
