@@ -39,6 +39,7 @@
 #include "conveyor/stage/batch.hpp"
 #include "conveyor/stage/concepts.hpp"
 #include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/gpu.hpp"
 #include "conveyor/stage/map.hpp"
 #include "conveyor/stage/sink.hpp"
 #include "conveyor/stage/source.hpp"
@@ -87,6 +88,11 @@ auto make_node(batch_stage&& s, control& ctl, link<In>* in, link<Out>* out, late
 template <class In, class Out>
 auto make_node(unbatch_stage&& s, control& ctl, link<In>* in, link<Out>* out, latency_recorder*) {
   return std::make_unique<unbatch_node<In>>(std::move(s), ctl, in, out);
+}
+template <class R, class IE, class OE, class SI, class C, class SO, class In, class Out>
+auto make_node(gpu_stage<R, IE, OE, SI, C, SO>&& s, control& ctl, link<In>* in, link<Out>* out,
+               latency_recorder*) {
+  return std::make_unique<gpu_node<R, IE, OE, SI, C, SO, In>>(std::move(s), ctl, in, out);
 }
 template <class F, class In>
 auto make_node(sink_stage<F>&& s, control& ctl, link<In>* in, void*, latency_recorder* lat) {
@@ -373,6 +379,7 @@ class pipeline<chain<Bound...>> {
     st.threads.join();
     st.joined = true;
     st.end_ns = detail::now_ns();
+    after_join(std::make_index_sequence<n_stages>{});
     drain_rings(std::make_index_sequence<n_rings>{});
     if constexpr (service) {
       st.free_tickets.close();
@@ -383,6 +390,16 @@ class pipeline<chain<Bound...>> {
                                          : std::make_exception_ptr(closed_error(
                                                "conveyor::pipeline: the item was cancelled")));
     }
+  }
+
+  template <std::size_t... I>
+  void after_join(std::index_sequence<I...>) {
+    (
+        [&] {
+          if constexpr (requires { std::get<I>(state_->nodes)->after_join(); })
+            std::get<I>(state_->nodes)->after_join();
+        }(),
+        ...);
   }
 
   template <std::size_t... I>

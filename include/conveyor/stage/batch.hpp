@@ -22,6 +22,7 @@
 
 #include "conveyor/config.hpp"
 #include "conveyor/detail/thread_group.hpp"
+#include "conveyor/metrics/batch_stats.hpp"
 #include "conveyor/stage/detail/context.hpp"
 
 namespace conveyor {
@@ -74,11 +75,6 @@ class unbatch_stage {
 
 inline unbatch_stage unbatch() { return {}; }
 
-// What batching did, for the report.
-struct batch_counters {
-  std::atomic<std::uint64_t> batches{0}, items{0}, flushed_on_timeout{0};
-};
-
 namespace detail {
 
 inline constexpr std::size_t max_batch_size = std::size_t{1} << 20;
@@ -89,17 +85,11 @@ class batch_node {
   using out_type = std::vector<In>;
 
   batch_node(batch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), workers_(1) {
-    CONVEYOR_EXPECTS(stage_.max_size() >= 1 && stage_.max_size() <= max_batch_size,
-                     "batch '" + stage_.name() + "': max size must be in [1, 2^20], got " +
-                         std::to_string(stage_.max_size()));
-    CONVEYOR_EXPECTS(!stage_.max_delay() || stage_.max_delay()->count() > 0,
-                     "batch '" + stage_.name() + "': max_delay must be positive; leave it unset "
-                     "for fixed-size batches");
-  }
+      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
+        stats_((validate(stage_), 1)), batches_(stage_.max_size()) {}
 
-  stage_info info() { return {stage_.name(), stage_kind::batch, in_->capacity(), &workers_}; }
-  const batch_counters& counters() const noexcept { return counters_; }
+  stage_info info() { return {stage_.name(), stage_kind::batch, in_->capacity(), &stats_}; }
+  const metrics::batch_stats& batches() const noexcept { return batches_; }
   std::size_t max_size() const noexcept { return stage_.max_size(); }
 
   void start(thread_group& threads) {
@@ -108,7 +98,8 @@ class batch_node {
 
  private:
   void run() noexcept {
-    stopwatch clock{workers_[0]};
+    metrics::worker_stats& w = stats_.worker(0);
+    metrics::phase_clock clock{w};
     const std::size_t max = stage_.max_size();
     const auto delay = stage_.max_delay();
     for (;;) {
@@ -118,7 +109,7 @@ class batch_node {
         if (first) ctl_.cancel(first->items());
         break;
       }
-      clock.counters().sample_occupancy(in_->size_approx());
+      w.sample_occupancy(in_->size_approx());
       envelope<out_type> b{{}, first->meta, {}};
       b.value.reserve(max);
       b.metas.reserve(max);
@@ -138,11 +129,8 @@ class batch_node {
       }
       clock.busy();
       const std::uint64_t n = b.items();
-      // relaxed: single writer, read by the report after join.
-      counters_.batches.fetch_add(1, std::memory_order_relaxed);
-      counters_.items.fetch_add(n, std::memory_order_relaxed);
-      if (timed_out) counters_.flushed_on_timeout.fetch_add(1, std::memory_order_relaxed);
-      worker_counters::add(clock.counters().items, static_cast<std::int64_t>(n));
+      batches_.record(b.value.size(), timed_out);
+      w.add_items(n);
       if (ctl_.is_stopping() || !out_->push(std::move(b))) {
         ctl_.cancel(n);
         break;
@@ -150,6 +138,15 @@ class batch_node {
       clock.blocked();
     }
     out_->close();
+  }
+
+  static void validate(const batch_stage& s) {
+    CONVEYOR_EXPECTS(s.max_size() >= 1 && s.max_size() <= max_batch_size,
+                     "batch '" + s.name() + "': max size must be in [1, 2^20], got " +
+                         std::to_string(s.max_size()));
+    CONVEYOR_EXPECTS(!s.max_delay() || s.max_delay()->count() > 0,
+                     "batch '" + s.name() + "': max_delay must be positive; leave it unset "
+                     "for fixed-size batches");
   }
 
   static void add(envelope<out_type>& b, envelope<In>&& item) {
@@ -166,8 +163,8 @@ class batch_node {
   control& ctl_;
   link<In>* in_;
   link<out_type>* out_;
-  std::vector<worker_counters> workers_;
-  batch_counters counters_;
+  metrics::stage_stats stats_;
+  metrics::batch_stats batches_;
 };
 
 template <class In>
@@ -176,9 +173,9 @@ class unbatch_node {
   using out_type = typename In::value_type;
 
   unbatch_node(unbatch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), workers_(1) {}
+      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), stats_(1) {}
 
-  stage_info info() { return {stage_.name(), stage_kind::unbatch, in_->capacity(), &workers_}; }
+  stage_info info() { return {stage_.name(), stage_kind::unbatch, in_->capacity(), &stats_}; }
 
   void start(thread_group& threads) {
     threads.spawn([this] { run(); });
@@ -186,12 +183,13 @@ class unbatch_node {
 
  private:
   void run() noexcept {
-    stopwatch clock{workers_[0]};
+    metrics::worker_stats& w = stats_.worker(0);
+    metrics::phase_clock clock{w};
     for (;;) {
       auto b = in_->pop();
       clock.starved();
       if (!b) break;
-      clock.counters().sample_occupancy(in_->size_approx());
+      w.sample_occupancy(in_->size_approx());
       const std::size_t n = b->value.size();
       if (ctl_.is_stopping()) {
         ctl_.cancel(b->items());
@@ -211,7 +209,7 @@ class unbatch_node {
       }
       std::size_t i = 0;
       for (; i < n; ++i) {
-        worker_counters::add(clock.counters().items, 1);
+        w.add_items(1);
         if (!out_->push(envelope<out_type>{std::move(b->value[i]), b->metas[i], {}})) break;
       }
       clock.blocked();
@@ -227,7 +225,7 @@ class unbatch_node {
   control& ctl_;
   link<In>* in_;
   link<out_type>* out_;
-  std::vector<worker_counters> workers_;
+  metrics::stage_stats stats_;
 };
 
 }  // namespace detail

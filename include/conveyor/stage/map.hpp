@@ -113,6 +113,20 @@ class reorder_buffer {
   // Wakes admit() waiters after a stop.
   void wake() noexcept { room_.notify(); }
 
+  void close_output() noexcept { out_->close(); }
+
+  // After every thread has joined: drops what is still held back (a stop left a gap
+  // before it) and returns how many items that was, for the cancelled count.
+  std::uint64_t discard() noexcept {
+    std::uint64_t n = 0;
+    for (slot& s : slots_) {
+      if (s.value) n += s.value->items();
+      s.value.reset();
+      s.ready.store(0, std::memory_order_relaxed);  // relaxed: no other thread is left
+    }
+    return n;
+  }
+
  private:
   struct slot {
     std::atomic<std::size_t> ready{0};  // position + 1 of the value held, 0 if none
@@ -164,30 +178,36 @@ class map_node {
 
   map_node(map_stage<F> stage, control& ctl, link<In>* in, link<out_type>* out)
       : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
-        workers_((check_workers(stage_.name(), stage_.workers()), stage_.workers())) {
+        stats_((check_workers(stage_.name(), stage_.workers()), stage_.workers())) {
     if (stage_.is_ordered()) {
       reorder_.emplace(next_power_of_two(4 * stage_.workers() + 60), out_, ctl_);
       ctl_.on_stop([this] { reorder_->wake(); });
     }
   }
 
-  stage_info info() { return {stage_.name(), stage_kind::map, in_->capacity(), &workers_}; }
+  stage_info info() { return {stage_.name(), stage_kind::map, in_->capacity(), &stats_}; }
+
+  // After join: items held in the reorder window are cancelled.
+  void after_join() noexcept {
+    if (reorder_) ctl_.cancel(reorder_->discard());
+  }
 
   void start(thread_group& threads) {
-    live_.store(workers_.size(), std::memory_order_relaxed);  // relaxed: before spawn
-    for (std::size_t w = 0; w < workers_.size(); ++w) threads.spawn([this, w] { run(w); });
+    live_.store(stats_.workers(), std::memory_order_relaxed);  // relaxed: before spawn
+    for (std::size_t w = 0; w < stats_.workers(); ++w) threads.spawn([this, w] { run(w); });
   }
 
  private:
   void run(std::size_t w) noexcept {
-    stopwatch clock{workers_[w]};
+    metrics::worker_stats& stats = stats_.worker(w);
+    metrics::phase_clock clock{stats};
     const bool ordered = reorder_.has_value();
     for (;;) {
       std::size_t pos = 0;
       auto in = ordered ? in_->pop(&pos) : in_->pop();
       clock.starved();
       if (!in) break;
-      clock.counters().sample_occupancy(in_->size_approx());
+      stats.sample_occupancy(in_->size_approx());
       if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos))) {
         ctl_.cancel(in->items());
         break;
@@ -203,7 +223,7 @@ class map_node {
         break;
       }
       clock.busy();
-      worker_counters::add(clock.counters().items, static_cast<std::int64_t>(out->items()));
+      stats.add_items(out->items());
       if (ordered) {
         reorder_->deposit(pos, std::move(*out));
       } else {
@@ -224,7 +244,7 @@ class map_node {
   control& ctl_;
   link<In>* in_;
   link<out_type>* out_;
-  std::vector<worker_counters> workers_;
+  metrics::stage_stats stats_;
   std::optional<reorder_buffer<out_type>> reorder_;
   std::atomic<std::size_t> live_{0};
 };

@@ -62,23 +62,24 @@ class terminal_node {
   terminal_node(std::string name, std::size_t workers, Deliver deliver, control& ctl,
                 link<In>* in, latency_recorder* latency)
       : name_(std::move(name)), deliver_(std::move(deliver)), ctl_(ctl), in_(in),
-        latency_(latency), workers_((check_workers(name_, workers), workers)) {}
+        latency_(latency), stats_((check_workers(name_, workers), workers)) {}
 
-  stage_info info() { return {name_, stage_kind::sink, in_->capacity(), &workers_}; }
+  stage_info info() { return {name_, stage_kind::sink, in_->capacity(), &stats_}; }
   Deliver& deliver() noexcept { return deliver_; }
 
   void start(thread_group& threads) {
-    for (std::size_t w = 0; w < workers_.size(); ++w) threads.spawn([this, w] { run(w); });
+    for (std::size_t w = 0; w < stats_.workers(); ++w) threads.spawn([this, w] { run(w); });
   }
 
  private:
   void run(std::size_t w) noexcept {
-    stopwatch clock{workers_[w]};
+    metrics::worker_stats& stats = stats_.worker(w);
+    metrics::phase_clock clock{stats};
     for (;;) {
       auto in = in_->pop();
       clock.starved();
       if (!in) break;
-      clock.counters().sample_occupancy(in_->size_approx());
+      stats.sample_occupancy(in_->size_approx());
       const std::uint64_t n = in->items();
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
@@ -99,7 +100,7 @@ class terminal_node {
         if (metas.empty()) latency_->record(t - meta.t0_ns);
         for (const item_meta& m : metas) latency_->record(t - m.t0_ns);
       }
-      worker_counters::add(clock.counters().items, static_cast<std::int64_t>(n));
+      stats.add_items(n);
       ctl_.completed.fetch_add(n, std::memory_order_relaxed);  // relaxed: read after join
     }
   }
@@ -109,7 +110,7 @@ class terminal_node {
   control& ctl_;
   link<In>* in_;
   latency_recorder* latency_;
-  std::vector<worker_counters> workers_;
+  metrics::stage_stats stats_;
 };
 
 template <class F, class In>

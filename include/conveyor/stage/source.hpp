@@ -104,9 +104,9 @@ class source_node {
   using out_type = typename source_stage<F>::out_type;
 
   source_node(source_stage<F> stage, control& ctl, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), out_(out), workers_(1) {}
+      : stage_(std::move(stage)), ctl_(ctl), out_(out), stats_(1) {}
 
-  stage_info info() { return {stage_.name(), stage_kind::source, 0, &workers_}; }
+  stage_info info() { return {stage_.name(), stage_kind::source, 0, &stats_}; }
 
   void start(thread_group& threads) {
     threads.spawn([this] { run(); });
@@ -114,7 +114,8 @@ class source_node {
 
  private:
   void run() noexcept {
-    stopwatch clock{workers_[0]};
+    metrics::worker_stats& w = stats_.worker(0);
+    metrics::phase_clock clock{w};
     std::uint64_t seq = 0;
     // acquire: pairs with the release store in pipeline::stop(drain).
     while (!ctl_.is_stopping() && !ctl_.stop_source.load(std::memory_order_acquire)) {
@@ -130,7 +131,7 @@ class source_node {
       clock.busy();
       if (!v) break;
       ctl_.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
-      workers_[0].add(workers_[0].items, 1);
+      w.add_items(1);
       const item_meta meta{seq++, now_ns(), no_ticket};
       if (!out_->push(envelope<out_type>{std::move(*v), meta, {}})) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
@@ -144,7 +145,7 @@ class source_node {
   source_stage<F> stage_;
   control& ctl_;
   link<out_type>* out_;
-  std::vector<worker_counters> workers_;
+  metrics::stage_stats stats_;
 };
 
 }  // namespace detail

@@ -14,15 +14,14 @@
 #include "conveyor/config.hpp"
 #include "conveyor/detail/first_error.hpp"
 #include "conveyor/error.hpp"
+#include "conveyor/metrics/clock.hpp"
+#include "conveyor/metrics/histogram.hpp"
+#include "conveyor/metrics/stage_stats.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 
 namespace conveyor::detail {
 
-inline std::int64_t now_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+using metrics::now_ns;
 
 inline constexpr std::uint32_t no_ticket = ~std::uint32_t{0};
 
@@ -49,29 +48,7 @@ struct envelope {
 template <class T>
 using link = mpmc_ring<envelope<T>>;
 
-// Per-worker accounting, written only by its worker thread, each on its own line.
-// relaxed everywhere: one writer; readers (report, progress line) want a recent value,
-// not a synchronized one, and every thread is joined before the final report.
-struct alignas(cache_line_size) worker_counters {
-  std::atomic<std::uint64_t> items{0}, busy_ns{0}, starved_ns{0}, blocked_ns{0};
-  std::atomic<std::uint64_t> occupancy_sum{0}, occupancy_samples{0}, occupancy_max{0};
-
-  static void add(std::atomic<std::uint64_t>& c, std::int64_t v) noexcept {
-    c.store(c.load(std::memory_order_relaxed) + static_cast<std::uint64_t>(v > 0 ? v : 0),
-            std::memory_order_relaxed);
-  }
-  void sample_occupancy(std::size_t n) noexcept {
-    add(occupancy_sum, static_cast<std::int64_t>(n));
-    add(occupancy_samples, 1);
-    if (n > occupancy_max.load(std::memory_order_relaxed))
-      occupancy_max.store(n, std::memory_order_relaxed);
-  }
-};
-
-// TEMPORARY until metrics/histogram.hpp lands.
-struct latency_recorder {
-  void record(std::int64_t) noexcept {}
-};
+using latency_recorder = metrics::latency_histogram;
 
 enum class stage_kind { source, map, batch, unbatch, gpu, sink };
 
@@ -80,27 +57,7 @@ struct stage_info {
   std::string name;
   stage_kind kind = stage_kind::map;
   std::size_t input_capacity = 0;  // 0: no input ring (a source)
-  std::vector<worker_counters>* workers = nullptr;
-};
-
-// Times one worker's loop: starved (waiting for input), busy (user code), blocked
-// (waiting for room downstream). Each mark() charges the time since the last mark.
-class stopwatch {
- public:
-  explicit stopwatch(worker_counters& c) noexcept : c_(c), last_(now_ns()) {}
-  void starved() noexcept { charge(c_.starved_ns); }
-  void busy() noexcept { charge(c_.busy_ns); }
-  void blocked() noexcept { charge(c_.blocked_ns); }
-  worker_counters& counters() noexcept { return c_; }
-
- private:
-  void charge(std::atomic<std::uint64_t>& into) noexcept {
-    const std::int64_t t = now_ns();
-    worker_counters::add(into, t - last_);
-    last_ = t;
-  }
-  worker_counters& c_;
-  std::int64_t last_;
+  const metrics::stage_stats* stats = nullptr;
 };
 
 // Shared by every stage of one pipeline run.

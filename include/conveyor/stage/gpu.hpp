@@ -1,0 +1,339 @@
+// conveyor/stage/gpu.hpp: the GPU segment — stage-in, H2D copy, compute, D2H copy,
+// stage-out — over N lanes, each with its own stream and its own staging slots.
+//
+//   using R = conveyor::cuda::runtime;                  // or conveyor::host::runtime
+//   auto model = conveyor::gpu<R, std::uint8_t, float>(
+//       {.lanes = 2, .in_elems = 64 * 784, .out_elems = 64 * 10},
+//       [](std::vector<image>& b, R::pinned_span<std::uint8_t> dst) {   // prepare, straight
+//         return fill(b, dst);  /* elements written */ },                //   into pinned memory
+//       [&](conveyor::lane_batch<R, std::uint8_t, float>& l) {           // enqueue on l.stream
+//         mlp.forward(l.in, l.out, l.items, l.stream, l.lane);
+//         return l.items * 10;  /* output elements to copy back */ },
+//       [](std::vector<image>&& b, R::pinned_span<const float> scores) { // read the result
+//         return top1(b, scores); });
+//
+// Reads like the serial loop it replaces — prepare, copy, model, copy back — but each
+// lane thread only *enqueues* work on its stream and moves on: while lane 0's kernels run,
+// lane 1's batch is being copied in and the next batch is being prepared into a free
+// slot. A slot (pinned in, device in, device out, pinned out) is reused only after the
+// stream work behind its last use completed (slot_pool). Stage-in writes straight into
+// the pinned slot (no extra host copy), and transfers take only pinned memory.
+// Results leave in input order. Per batch, timing events on the lane's stream measure
+// H2D, compute and D2H; the union of compute intervals over all lanes is the GPU busy time.
+//
+// Threads: per lane, one thread that prepares and enqueues and one that waits for the
+// batch's last event and runs stage-out. The compute functor is called on the lane
+// thread (it must only enqueue work on l.stream); stage-in and stage-out run concurrently
+// on different lanes, so they must be safe for that.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "conveyor/config.hpp"
+#include "conveyor/detail/thread_group.hpp"
+#include "conveyor/metrics/lane_stats.hpp"
+#include "conveyor/ring/spsc_ring.hpp"
+#include "conveyor/runtime/concepts.hpp"
+#include "conveyor/runtime/event_timing.hpp"
+#include "conveyor/runtime/slot_pool.hpp"
+#include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/map.hpp"
+
+namespace conveyor {
+
+struct gpu_options {
+  std::size_t lanes = 2;           // streams working at once
+  std::size_t slots_per_lane = 2;  // staging slots per lane: 2 = prepare one while one runs
+  std::size_t in_elems = 0;        // capacity of a slot's input, in elements (required)
+  std::size_t out_elems = 0;       // capacity of a slot's output, in elements (required)
+  std::string name = "gpu";
+};
+
+// What the compute functor gets for one batch.
+template <class R, class InElem, class OutElem>
+struct lane_batch {
+  typename R::stream_ref stream;                       // enqueue everything here
+  std::size_t lane;                                    // 0 .. lanes-1 (per-lane handles)
+  std::size_t items;                                   // items in the batch
+  typename R::template device_span<const InElem> in;   // what stage-in wrote, on the device
+  typename R::template device_span<OutElem> out;       // the slot's whole output capacity
+};
+
+template <class R, class InElem, class OutElem, class StageIn, class Compute, class StageOut>
+class gpu_stage {
+ public:
+  using pinned_in = typename R::template pinned_span<InElem>;
+  using pinned_out = typename R::template pinned_span<const OutElem>;
+
+  template <class In>
+  static constexpr bool accepts =
+      std::is_invocable_r_v<std::size_t, StageIn&, In&, pinned_in> &&
+      std::is_invocable_r_v<std::size_t, Compute&, lane_batch<R, InElem, OutElem>&> &&
+      std::is_invocable_v<StageOut&, In&&, pinned_out>;
+  template <class In>
+  using output = std::decay_t<std::invoke_result_t<StageOut&, In&&, pinned_out>>;
+
+  gpu_stage(gpu_options o, StageIn in, Compute c, StageOut out)
+      : options_(std::move(o)), stage_in_(std::move(in)), compute_(std::move(c)),
+        stage_out_(std::move(out)) {}
+
+  // How each lane's stream is made (default: R::stream{}). The host runtime's jitter
+  // mode goes here: .streams([](std::size_t lane) { return host::stream{host::jitter{lane, 20us}}; })
+  gpu_stage& streams(std::function<typename R::stream(std::size_t lane)> f) & {
+    make_stream_ = std::move(f);
+    return *this;
+  }
+  gpu_stage&& streams(std::function<typename R::stream(std::size_t lane)> f) && {
+    make_stream_ = std::move(f);
+    return std::move(*this);
+  }
+
+  const gpu_options& options() const noexcept { return options_; }
+  StageIn& stage_in() noexcept { return stage_in_; }
+  Compute& compute() noexcept { return compute_; }
+  StageOut& stage_out() noexcept { return stage_out_; }
+  typename R::stream make_stream(std::size_t lane) const {
+    return make_stream_ ? make_stream_(lane) : typename R::stream{};
+  }
+
+ private:
+  gpu_options options_;
+  StageIn stage_in_;
+  Compute compute_;
+  StageOut stage_out_;
+  std::function<typename R::stream(std::size_t)> make_stream_;
+};
+
+template <class R, class InElem, class OutElem = InElem, class StageIn, class Compute, class StageOut>
+gpu_stage<R, InElem, OutElem, std::decay_t<StageIn>, std::decay_t<Compute>, std::decay_t<StageOut>>
+gpu(gpu_options options, StageIn&& stage_in, Compute&& compute, StageOut&& stage_out) {
+  static_assert(runtime<R>, "conveyor::gpu: R must be a runtime (conveyor::cuda::runtime or "
+                            "conveyor::host::runtime)");
+  return {std::move(options), std::forward<StageIn>(stage_in), std::forward<Compute>(compute),
+          std::forward<StageOut>(stage_out)};
+}
+
+namespace detail {
+
+template <class R, class InElem, class OutElem, class StageIn, class Compute, class StageOut,
+          class In>
+class gpu_node {
+  using stage_t = gpu_stage<R, InElem, OutElem, StageIn, Compute, StageOut>;
+  using pool_t = slot_pool<R, InElem, OutElem>;
+  using slot_t = typename pool_t::slot;
+
+ public:
+  using out_type = typename stage_t::template output<In>;
+
+  gpu_node(stage_t stage, control& ctl, link<In>* in, link<out_type>* out)
+      : stage_(std::move(stage)), ctl_(ctl), in_(in),
+        stats_((validate(stage_.options()), stage_.options().lanes)),
+        gpu_(stage_.options().lanes),
+        reorder_(next_power_of_two(2 * stage_.options().lanes * stage_.options().slots_per_lane + 8),
+                 out, ctl) {
+    const gpu_options& o = stage_.options();
+    lanes_.reserve(o.lanes);
+    for (std::size_t l = 0; l < o.lanes; ++l)
+      lanes_.push_back(std::make_unique<lane>(stage_.make_stream(l), o));
+    ctl_.on_stop([this] {
+      for (auto& l : lanes_) {
+        l->pool.close();
+        l->done.close();
+      }
+      reorder_.wake();
+    });
+  }
+
+  stage_info info() { return {stage_.options().name, stage_kind::gpu, in_->capacity(), &stats_}; }
+
+  // After join: batches enqueued but never completed, and results held back for order,
+  // are cancelled.
+  void after_join() noexcept {
+    for (auto& l : lanes_)
+      while (auto f = l->done.try_pop()) ctl_.cancel(f->batch.items());
+    ctl_.cancel(reorder_.discard());
+  }
+  metrics::gpu_stats& gpu() noexcept { return gpu_; }
+
+  void start(thread_group& threads) {
+    live_.store(lanes_.size(), std::memory_order_relaxed);  // relaxed: before spawn
+    for (std::size_t l = 0; l < lanes_.size(); ++l) {
+      anchor(*lanes_[l]);
+      threads.spawn([this, l] { enqueue_loop(l); });
+      threads.spawn([this, l] { complete_loop(l); });
+    }
+  }
+
+ private:
+  // A batch between its enqueue and its stage-out.
+  struct in_flight {
+    envelope<In> batch;
+    slot_t* slot = nullptr;
+    std::size_t position = 0;  // input order, for the reorder buffer
+    std::size_t in_count = 0, out_count = 0;
+  };
+
+  struct lane {
+    lane(typename R::stream s, const gpu_options& o)
+        : stream(std::move(s)), pool(o.slots_per_lane, o.in_elems, o.out_elems),
+          done(next_power_of_two(o.slots_per_lane)), timing(o.slots_per_lane) {}
+    typename R::stream stream;
+    pool_t pool;
+    spsc_ring<in_flight> done;  // enqueue thread -> completion thread, in stream order
+    // Four timing events per slot: before H2D, after H2D, after compute, after D2H.
+    struct events {
+      typename R::event e[4] = {typename R::event{event_timing::enabled},
+                                typename R::event{event_timing::enabled},
+                                typename R::event{event_timing::enabled},
+                                typename R::event{event_timing::enabled}};
+    };
+    std::vector<events> timing;
+    typename R::event reference{event_timing::enabled};  // elapsed times count from here
+    std::int64_t reference_ns = 0;                        // ... which was now_ns() then
+  };
+
+  static void validate(const gpu_options& o) {
+    CONVEYOR_EXPECTS(o.lanes >= 1 && o.lanes <= 64,
+                     "gpu '" + o.name + "': lanes must be in [1, 64], got " +
+                         std::to_string(o.lanes) + "; 2-4 lanes usually saturate one GPU");
+    CONVEYOR_EXPECTS(o.slots_per_lane >= 1 && o.slots_per_lane <= 64,
+                     "gpu '" + o.name + "': slots_per_lane must be in [1, 64], got " +
+                         std::to_string(o.slots_per_lane) + "; 2 overlaps preparing and running");
+    CONVEYOR_EXPECTS(o.in_elems >= 1 && o.out_elems >= 1,
+                     "gpu '" + o.name + "': set in_elems and out_elems to the largest batch's "
+                     "input and output element counts");
+  }
+
+  // Pins a lane's reference event to the host clock. Elapsed times are floats in ms, so
+  // a timestamp far from the reference loses precision: ~6 us after 100 s of run.
+  void anchor(lane& l) {
+    l.reference.record(l.stream);
+    l.reference.synchronize();
+    l.reference_ns = now_ns();
+  }
+
+  std::int64_t to_ns(const lane& l, const typename R::event& e) const {
+    return l.reference_ns + static_cast<std::int64_t>(elapsed_ms(l.reference, e) * 1e6);
+  }
+
+  void enqueue_loop(std::size_t index) noexcept {
+    lane& l = *lanes_[index];
+    metrics::worker_stats& w = stats_.worker(index);
+    metrics::phase_clock clock{w};
+    auto stream = l.stream.ref();
+    for (;;) {
+      std::size_t pos = 0;
+      auto b = in_->pop(&pos);
+      clock.starved();
+      if (!b) break;
+      w.sample_occupancy(in_->size_approx());
+      const std::uint64_t items = b->items();
+      if (ctl_.is_stopping() || !reorder_.admit(pos)) {
+        ctl_.cancel(items);
+        break;
+      }
+      slot_t* s = l.pool.acquire();  // waits until the slot's last stream use completed
+      clock.blocked();
+      if (!s) {
+        ctl_.cancel(items);
+        break;
+      }
+      in_flight f{std::move(*b), s, pos, 0, 0};
+      try {
+        f.in_count = stage_.stage_in()(f.batch.value, s->pinned_in);
+        check_count("stage-in wrote", f.in_count, s->pinned_in.size());
+        auto& ev = l.timing[s->index].e;
+        ev[0].record(stream);
+        copy_async(s->device_in.subspan(0, f.in_count), s->pinned_in.subspan(0, f.in_count), stream);
+        ev[1].record(stream);
+        lane_batch<R, InElem, OutElem> lb{stream, index, items,
+                                          s->device_in.subspan(0, f.in_count), s->device_out};
+        f.out_count = stage_.compute()(lb);
+        check_count("compute returned", f.out_count, s->device_out.size());
+        ev[2].record(stream);
+        copy_async(s->pinned_out.subspan(0, f.out_count), s->device_out.subspan(0, f.out_count),
+                   stream);
+        ev[3].record(stream);
+      } catch (...) {
+        clock.busy();
+        l.pool.release(s);
+        ctl_.fail_current(stage_.options().name, f.batch.meta.seq, items);
+        break;
+      }
+      clock.busy();
+      w.add_items(items);
+      if (!l.done.push(std::move(f))) {  // closed: stopping
+        ctl_.cancel(items);
+        break;
+      }
+      clock.blocked();
+    }
+    l.done.close();
+  }
+
+  void complete_loop(std::size_t index) noexcept {
+    lane& l = *lanes_[index];
+    while (auto f = l.done.pop()) {
+      const std::uint64_t items = f->batch.items();
+      if (ctl_.is_stopping()) {
+        l.pool.release(f->slot, l.stream);  // its stream work may still run: reuse after it
+        ctl_.cancel(items);
+        continue;
+      }
+      auto& ev = l.timing[f->slot->index].e;
+      std::optional<envelope<out_type>> out;
+      try {
+        ev[3].synchronize();  // the batch's last stream work; rethrows a stream failure
+        metrics::batch_timing t;
+        t.items = items;
+        t.h2d = {to_ns(l, ev[0]), to_ns(l, ev[1])};
+        t.compute = {t.h2d.end_ns, to_ns(l, ev[2])};
+        t.d2h = {t.compute.end_ns, to_ns(l, ev[3])};
+        t.h2d_bytes = f->in_count * sizeof(InElem);
+        t.d2h_bytes = f->out_count * sizeof(OutElem);
+        gpu_.record_batch(index, t);
+        const item_meta meta = f->batch.meta;
+        std::vector<item_meta> metas = std::move(f->batch.metas);
+        out.emplace(envelope<out_type>{
+            stage_.stage_out()(std::move(f->batch.value),
+                               typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
+            meta, std::move(metas)});
+      } catch (...) {
+        l.pool.release(f->slot);
+        ctl_.fail_current(stage_.options().name, f->batch.meta.seq, items);
+        break;
+      }
+      l.pool.release(f->slot);  // stage-out has read pinned_out; every stream use is done
+      reorder_.deposit(f->position, std::move(*out));
+    }
+    // acq_rel: the last completion thread closes the ring behind the segment after every
+    // lane's deposits (release by each, acquire by the last).
+    if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) reorder_.close_output();
+  }
+
+  void check_count(const char* what, std::size_t n, std::size_t capacity) const {
+    if (n > capacity)
+      throw config_error("gpu '" + stage_.options().name + "': " + what + " " +
+                         std::to_string(n) + " elements but a slot holds " +
+                         std::to_string(capacity) + "; raise in_elems/out_elems or use smaller batches");
+  }
+
+  stage_t stage_;
+  control& ctl_;
+  link<In>* in_;
+  metrics::stage_stats stats_;  // one "worker" per lane: its enqueue thread
+  metrics::gpu_stats gpu_;
+  reorder_buffer<out_type> reorder_;
+  std::vector<std::unique_ptr<lane>> lanes_;
+  std::atomic<std::size_t> live_{0};
+};
+
+}  // namespace detail
+}  // namespace conveyor
