@@ -1,0 +1,359 @@
+// conveyor/metrics/verdict.hpp: names the bottleneck of a run and the knob to turn.
+//
+//   conveyor::report r = ...;                           // filled from the counters
+//   conveyor::metrics::complete_report(r);              // throughput + r.verdict
+//   conveyor::verdict v = conveyor::metrics::diagnose(r);   // or just the verdict
+//   // v.kind, v.stage ("normalize"), v.summary (the numbers), v.advice (the knob)
+//
+// The verdict is attributed by starved/blocked time, not by overlap of intervals. In a
+// chain of stages joined by bounded rings, the slowest stage B is busy all of its
+// capacity, the stages before B fill B's input ring and then wait for room (blocked),
+// and the stages after B drain their rings and then wait for input (starved).
+//
+// Quantities (fractions of a stage's capacity, wall_s x workers):
+//   busy_k, starved_k, blocked_k      from the stage_report
+//   device_g (GPU segment only)       max(lane streams' busy fraction, gpu_busy_fraction):
+//                                     how much of the time the lanes' streams (or the
+//                                     compute engine) had work
+//   load_k = busy_k, or max(busy_g, device_g) for the GPU segment
+//   boundary between k and k+1:       d_k = blocked_k - starved_{k+1}; > 0 means the
+//                                     upstream side waits for the downstream side
+//   attribution score(k) = sum_{i<k} d_i - sum_{i>=k} d_i: how well "everything before k
+//                                     waits for room, everything after k waits for input"
+//                                     fits; highest at the bottleneck.
+//
+// Decision procedure (thresholds: verdict_thresholds, named below):
+//   1. idle           wall_s <= 0, or no item was produced, completed, failed or cancelled.
+//   2. GPU at capacity: some gpu stage has device_g >= saturated. Then the phase with the
+//      most lane time (summed over lanes) decides: compute -> compute_bound (ties go to
+//      compute), H2D -> transfer_bound_h2d, D2H -> transfer_bound_d2h. This wins over a
+//      saturated CPU stage: with the device at >= 85 %, more CPU capacity cannot raise
+//      throughput by more than 1/0.85 - 1 = 18 %; the device is the expensive resource
+//      and is where the time goes. The CPU stage is named in the summary.
+//   3. Some stage at capacity (load_k >= saturated): among those, the one with the
+//      highest attribution score (ties within `tie`: the higher load) is the bottleneck,
+//      unless another stage at capacity is within `tie` of it in both score and load:
+//      then no one stage is waited on and the verdict is balanced (scale them together).
+//      Otherwise:
+//        the first stage                                  -> source_bound
+//        a sink, or any stage after the last gpu stage    -> sink_bound (postprocess)
+//        anything else (map, batch, unbatch, or the GPU
+//        segment's host threads with the device not busy)  -> cpu_stage_bound
+//   4. Nothing at capacity:
+//      a. under_batched: batches leave on timeout (>= timeout_share of them) at a mean
+//         size <= fill_low x max_size while the device is busy < gpu_idle. Items arrive
+//         too slowly to fill batches within max_delay; every item pays the delay.
+//      b. source_bound (input-limited): every stage after the first is starved >=
+//         input_starved: the pipeline waits for input it is not given fast enough.
+//      c. balanced: otherwise; no single stage limits throughput (none is at capacity,
+//         and the waits are spread out rather than pointing at one stage).
+//
+// Thread-safety: pure functions of their arguments.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "conveyor/metrics/report.hpp"
+
+namespace conveyor::metrics {
+
+struct verdict_thresholds {
+  // load at or above which a stage is "at capacity" (it would be 1.0 without the gaps
+  // between charged phases and the warm-up/drain at the ends of a run)
+  double saturated = 0.85;
+  // attribution scores (and loads) closer than this are a tie
+  double tie = 0.05;
+  // under-batched: share of batches that left on timeout, at least
+  double timeout_share = 0.5;
+  // under-batched: mean batch size at most this share of max_size
+  double fill_low = 0.5;
+  // under-batched: the device busy less than this
+  double gpu_idle = 0.5;
+  // input-limited: every stage after the first starved at least this share
+  double input_starved = 0.5;
+};
+
+}  // namespace conveyor::metrics
+
+namespace conveyor::detail::verdict_text {
+
+inline std::string pct(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * f);
+  return buf;
+}
+inline std::string num(double v, const char* f = "%.1f") {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+inline std::string quoted(const std::string& s) { return "'" + s + "'"; }
+
+struct load {
+  double busy = 0, starved = 0, blocked = 0, device = 0, value = 0;
+};
+
+}  // namespace conveyor::detail::verdict_text
+
+namespace conveyor::metrics {
+
+// How busy the device was: lanes' stream time and the compute union, whichever is higher.
+inline double device_busy_fraction(const report& r) noexcept {
+  return std::max(lane_busy_fraction(r), r.gpu_busy_fraction);
+}
+
+inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
+  namespace d = ::conveyor::detail::verdict_text;
+  verdict v;
+  const std::size_t n = r.stages.size();
+  std::uint64_t stage_items = 0;
+  for (const auto& s : r.stages) stage_items += s.items;
+  if (!(r.wall_s > 0.0) ||
+      (r.produced + r.completed + r.failed + r.cancelled == 0 && stage_items == 0)) {
+    v.kind = verdict_kind::idle;
+    v.summary = "no items went through the pipeline";
+    v.advice = "nothing to tune: run it with input";
+    return v;
+  }
+
+  const double device = device_busy_fraction(r);
+  std::vector<d::load> L(n);
+  std::size_t last_gpu = n;  // index of the last gpu stage; n: none
+  for (std::size_t k = 0; k < n; ++k) {
+    const stage_report& s = r.stages[k];
+    L[k].busy = busy_fraction(s, r.wall_s);
+    L[k].starved = starved_fraction(s, r.wall_s);
+    L[k].blocked = blocked_fraction(s, r.wall_s);
+    L[k].value = L[k].busy;
+    if (s.kind == stage_kind::gpu) {
+      L[k].device = device;
+      L[k].value = std::max(L[k].busy, device);
+      last_gpu = k;
+    }
+  }
+  const auto score = [&](std::size_t k) {
+    double sc = 0.0;
+    for (std::size_t i = 0; i + 1 < n; ++i) {
+      const double dk = L[i].blocked - L[i + 1].starved;
+      sc += i < k ? dk : -dk;
+    }
+    return sc;
+  };
+  const auto neighbours = [&](std::size_t k) {
+    std::string out;
+    if (k > 0)
+      out += "; " + d::quoted(r.stages[k - 1].name) + " before it is blocked " +
+             d::pct(L[k - 1].blocked) + " waiting for room";
+    if (k + 1 < n)
+      out += "; " + d::quoted(r.stages[k + 1].name) + " after it is starved " +
+             d::pct(L[k + 1].starved);
+    return out;
+  };
+  // The saturated stages other than `except`, for the summary.
+  const auto also_saturated = [&](std::size_t except) {
+    std::string out;
+    for (std::size_t k = 0; k < n; ++k)
+      if (k != except && L[k].value >= th.saturated)
+        out += (out.empty() ? "; also near capacity: " : ", ") + d::quoted(r.stages[k].name) +
+               " " + d::pct(L[k].value);
+    return out;
+  };
+
+  // 2. the GPU at capacity
+  std::size_t gpu_k = n;
+  for (std::size_t k = 0; k < n; ++k)
+    if (r.stages[k].kind == stage_kind::gpu && L[k].device >= th.saturated) gpu_k = k;
+  if (gpu_k != n || (n == 0 && device >= th.saturated)) {
+    double h2d = 0, compute = 0, d2h = 0, h2d_bytes = 0, d2h_bytes = 0;
+    for (const auto& l : r.lanes) {
+      h2d += l.h2d_s;
+      compute += l.compute_s;
+      d2h += l.d2h_s;
+      h2d_bytes += static_cast<double>(l.h2d_bytes);
+      d2h_bytes += static_cast<double>(l.d2h_bytes);
+    }
+    const double total = h2d + compute + d2h;
+    const double fh = total > 0 ? h2d / total : 0, fc = total > 0 ? compute / total : 1,
+                 fd = total > 0 ? d2h / total : 0;
+    v.stage = gpu_k != n ? r.stages[gpu_k].name : std::string{};
+    const std::string split = "H2D " + d::pct(fh) + ", compute " + d::pct(fc) + ", D2H " +
+                              d::pct(fd) + " of lane time";
+    const std::string state = "the GPU segment is at capacity (lanes' streams busy " +
+                              d::pct(lane_busy_fraction(r)) + ", GPU computing " +
+                              d::pct(r.gpu_busy_fraction) + " of the wall time)";
+    const std::string context = (gpu_k != n ? neighbours(gpu_k) : std::string{}) +
+                                (gpu_k != n ? also_saturated(gpu_k) : std::string{});
+    const std::string overlap =
+        r.gpu_busy_fraction < th.saturated && r.lanes.size() > 0
+            ? " Kernels run only " + d::pct(r.gpu_busy_fraction) +
+                  " of the time while the lanes are saturated: more lanes would overlap "
+                  "copies with kernels."
+            : std::string{};
+    if (fc >= fh && fc >= fd) {
+      v.kind = verdict_kind::compute_bound;
+      v.summary = state + "; " + split + context;
+      v.advice =
+          "healthy: the GPU is the bottleneck. To go faster make the model cheaper (fp16 / "
+          "tensor cores, fused kernels, CUDA graphs for many small launches) or add GPUs; "
+          "the CPU stages have headroom." +
+          overlap;
+    } else if (fh >= fd) {
+      v.kind = verdict_kind::transfer_bound_h2d;
+      v.summary = state + "; host-to-device copies dominate: " + split + ", at " +
+                  d::num(h2d > 0 ? h2d_bytes / h2d * 1e-9 : 0.0, "%.2f") + " GB/s" + context;
+      v.advice =
+          "send less and send it in bigger pieces: ship uint8 (or fp16) instead of float and "
+          "normalize on the GPU, use larger batches so per-copy overhead amortizes, and keep "
+          "enough lanes that copies overlap kernels." +
+          overlap;
+    } else {
+      v.kind = verdict_kind::transfer_bound_d2h;
+      v.summary = state + "; device-to-host copies dominate: " + split + ", at " +
+                  d::num(d2h > 0 ? d2h_bytes / d2h * 1e-9 : 0.0, "%.2f") + " GB/s" + context;
+      v.advice =
+          "bring less back: reduce on the GPU (argmax / top-k / thresholding) before the copy, "
+          "use larger batches, and keep enough lanes that copies overlap kernels." +
+          overlap;
+    }
+    return v;
+  }
+
+  // 3. a stage at capacity
+  std::size_t best = n;
+  double best_score = -std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < n; ++k) {
+    if (L[k].value < th.saturated) continue;
+    const double sc = score(k);
+    if (best == n || sc > best_score + th.tie ||
+        (sc > best_score - th.tie && L[k].value > L[best].value)) {
+      best = k;
+      best_score = sc;
+    }
+  }
+  // Another stage at capacity that the waits cannot tell apart from `best` (score and
+  // load both within `tie`): several stages share the limit.
+  std::string tied;
+  for (std::size_t k = 0; best != n && k < n; ++k)
+    if (k != best && L[k].value >= th.saturated && score(k) > best_score - th.tie &&
+        L[k].value > L[best].value - th.tie)
+      tied += ", " + d::quoted(r.stages[k].name) + " " + d::pct(L[k].value);
+  if (!tied.empty()) {
+    v.kind = verdict_kind::balanced;
+    v.summary = "several stages are at capacity and none waits on the others: " +
+                d::quoted(r.stages[best].name) + " " + d::pct(L[best].value) + tied;
+    v.advice = "no single knob: speeding up one of these stages alone will not help; scale "
+               "them together (workers on each), or accept this as the pipeline's capacity.";
+    return v;
+  }
+  if (best != n) {
+    const stage_report& s = r.stages[best];
+    v.stage = s.name;
+    const std::string who = d::quoted(s.name) + " (" + std::string(to_string(s.kind)) + ", " +
+                            std::to_string(s.workers) + (s.workers == 1 ? " worker" : " workers") +
+                            ")";
+    const std::string gpu_note =
+        r.lanes.empty() ? std::string{} : "; GPU busy " + d::pct(r.gpu_busy_fraction);
+    const std::string numbers =
+        who + " is busy " + d::pct(L[best].value) + " of its capacity" + neighbours(best) +
+        gpu_note + also_saturated(best);
+    if (best == 0) {
+      v.kind = verdict_kind::source_bound;
+      v.summary = "the source sets the pace: " + numbers;
+      v.advice =
+          "make the source faster: move decoding or parsing out of it into a map stage with "
+          "workers, prefetch or read in parallel, or feed several sources.";
+    } else if (s.kind == stage_kind::sink || (last_gpu != n && best > last_gpu)) {
+      v.kind = verdict_kind::sink_bound;
+      v.summary = "the end of the pipeline sets the pace: " + numbers;
+      v.advice = s.kind == stage_kind::sink
+                     ? "make the sink cheaper or hand its work off (buffer, write asynchronously, "
+                       "or do the heavy part in a map stage with workers before it)."
+                     : "add workers to " + d::quoted(s.name) + " (.workers(" +
+                           std::to_string(2 * s.workers) +
+                           ")), or reduce on the GPU (argmax / top-k) so less is left for the CPU.";
+    } else {
+      v.kind = verdict_kind::cpu_stage_bound;
+      v.summary = "a CPU stage sets the pace and the stages after it wait: " + numbers;
+      switch (s.kind) {
+        case stage_kind::gpu:
+          v.advice = "the lanes' host threads (stage-in and enqueue) are the limit while the "
+                     "device is busy only " + d::pct(L[best].device) +
+                     ": add lanes, or make stage-in cheaper (ship uint8, normalize on the GPU).";
+          break;
+        case stage_kind::batch:
+          v.advice = "the batch stage itself is the limit: make batch assembly cheaper (prepare "
+                     "items straight into the pinned slot in stage-in), or move work off it.";
+          break;
+        default:
+          v.advice = "add workers to " + d::quoted(s.name) + " (.workers(" +
+                     std::to_string(2 * s.workers) + ")), or move its work onto the GPU.";
+      }
+    }
+    return v;
+  }
+
+  // 4. nothing at capacity
+  std::size_t top = 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if (L[k].value > L[top].value) top = k;
+  if (r.batching && r.batching->batches > 0 && r.batching->max_size > 0) {
+    const batch_report& b = *r.batching;
+    const double timeouts = static_cast<double>(b.flushed_on_timeout) / static_cast<double>(b.batches);
+    const double fill = b.mean_size / static_cast<double>(b.max_size);
+    if (timeouts >= th.timeout_share && fill <= th.fill_low && device < th.gpu_idle) {
+      v.kind = verdict_kind::under_batched;
+      for (const auto& s : r.stages)
+        if (s.kind == stage_kind::batch) {
+          v.stage = s.name;
+          break;
+        }
+      v.summary = d::pct(timeouts) + " of " + std::to_string(b.batches) +
+                  " batches left on timeout at a mean size of " + d::num(b.mean_size) +
+                  " of max " + std::to_string(b.max_size) + ", and the GPU is busy only " +
+                  d::pct(device);
+      v.advice =
+          "items arrive too slowly to fill a batch within max_delay, so every item waits the "
+          "full delay: lower max_size toward what arrives (or max_delay, for latency), or "
+          "submit more concurrently (clients that wait for results before sending more cap "
+          "the batch size).";
+      return v;
+    }
+  }
+  if (n >= 2) {
+    double min_starved = 1.0;
+    for (std::size_t k = 1; k < n; ++k) min_starved = std::min(min_starved, L[k].starved);
+    if (min_starved >= th.input_starved) {
+      v.kind = verdict_kind::source_bound;
+      v.stage = r.stages[0].name;
+      v.summary = "the pipeline waits for input: every stage after " +
+                  d::quoted(r.stages[0].name) + " is starved at least " + d::pct(min_starved) +
+                  ", and " + d::quoted(r.stages[0].name) + " is busy " + d::pct(L[0].busy);
+      v.advice =
+          "the pipeline has spare capacity and throughput follows the input rate: feed it "
+          "faster (more clients, a faster source) to use it.";
+      return v;
+    }
+  }
+  v.kind = verdict_kind::balanced;
+  v.summary = n == 0 ? "no stage is at capacity"
+                     : "no stage is at capacity (most loaded: " + d::quoted(r.stages[top].name) +
+                           " " + d::pct(L[top].value) + ") and the waits do not point at one stage";
+  v.advice =
+      "no single knob: throughput is limited by all stages together. Scale the most loaded "
+      "stage first, or enlarge the rings so stages absorb each other's jitter.";
+  return v;
+}
+
+// Sets r.throughput (completed / wall_s) and r.verdict = diagnose(r).
+inline void complete_report(report& r, const verdict_thresholds& th = {}) {
+  r.throughput = r.wall_s > 0.0 ? static_cast<double>(r.completed) / r.wall_s : 0.0;
+  r.verdict = diagnose(r, th);
+}
+
+}  // namespace conveyor::metrics
