@@ -34,6 +34,7 @@ std::uint64_t reference(std::uint64_t item) {
 
 auto make_segment(std::size_t lanes, std::size_t max_batch, bool jitter) {
   auto stage_in = [](std::vector<std::uint64_t>& batch, R::pinned_span<std::uint32_t> dst) {
+    if (batch.size() * features > dst.size()) return batch.size() * features;  // won't fit
     std::size_t n = 0;
     for (std::uint64_t item : batch)
       for (std::size_t f = 0; f < features; ++f)

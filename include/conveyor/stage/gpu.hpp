@@ -182,9 +182,9 @@ class gpu_node {
 
   struct lane {
     lane(typename R::stream s, const gpu_options& o)
-        : stream(std::move(s)), pool(o.slots_per_lane, o.in_elems, o.out_elems),
-          done(next_power_of_two(o.slots_per_lane)), timing(o.slots_per_lane) {}
-    typename R::stream stream;
+        : pool(o.slots_per_lane, o.in_elems, o.out_elems),
+          done(next_power_of_two(o.slots_per_lane)), timing(o.slots_per_lane),
+          stream(std::move(s)) {}
     pool_t pool;
     spsc_ring<in_flight> done;  // enqueue thread -> completion thread, in stream order
     // Four timing events per slot: before H2D, after H2D, after compute, after D2H.
@@ -197,6 +197,9 @@ class gpu_node {
     std::vector<events> timing;
     typename R::event reference{event_timing::enabled};  // elapsed times count from here
     std::int64_t reference_ns = 0;                        // ... which was now_ns() then
+    // Last member, so destroyed first: the stream finishes its queued copies before the
+    // slot memory they write goes away.
+    typename R::stream stream;
   };
 
   static void validate(const gpu_options& o) {
@@ -239,7 +242,14 @@ class gpu_node {
         ctl_.cancel(items);
         break;
       }
-      slot_t* s = l.pool.acquire();  // waits until the slot's last stream use completed
+      slot_t* s = nullptr;
+      try {
+        s = l.pool.acquire();  // waits until the slot's last stream use completed
+      } catch (...) {          // that wait rethrows a failure of the lane's stream
+        clock.blocked();
+        ctl_.fail_current(stage_.options().name, b->meta.seq, items);
+        break;
+      }
       clock.blocked();
       if (!s) {
         ctl_.cancel(items);
@@ -263,7 +273,7 @@ class gpu_node {
         ev[3].record(stream);
       } catch (...) {
         clock.busy();
-        l.pool.release(s);
+        release_after_stream(l, s);  // copies already enqueued may still use the slot
         ctl_.fail_current(stage_.options().name, f.batch.meta.seq, items);
         break;
       }
@@ -283,7 +293,7 @@ class gpu_node {
     while (auto f = l.done.pop()) {
       const std::uint64_t items = f->batch.items();
       if (ctl_.is_stopping()) {
-        l.pool.release(f->slot, l.stream);  // its stream work may still run: reuse after it
+        release_after_stream(l, f->slot);  // its stream work may still run: reuse after it
         ctl_.cancel(items);
         continue;
       }
@@ -306,7 +316,7 @@ class gpu_node {
                                typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
             meta, std::move(metas)});
       } catch (...) {
-        l.pool.release(f->slot);
+        release_after_stream(l, f->slot);  // a failed stream may not have reached the end
         ctl_.fail_current(stage_.options().name, f->batch.meta.seq, items);
         break;
       }
@@ -316,6 +326,17 @@ class gpu_node {
     // acq_rel: the last completion thread closes the ring behind the segment after every
     // lane's deposits (release by each, acquire by the last).
     if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) reorder_.close_output();
+  }
+
+  // Returns a slot whose stream work may still be queued: reusable once the stream gets
+  // past this point. If the stream has failed, recording throws; the slot then stays
+  // out of circulation (the pipeline is stopping), and its memory outlives the stream,
+  // which the lane destroys first.
+  static void release_after_stream(lane& l, slot_t* s) noexcept {
+    try {
+      l.pool.release(s, l.stream);
+    } catch (...) {
+    }
   }
 
   void check_count(const char* what, std::size_t n, std::size_t capacity) const {
