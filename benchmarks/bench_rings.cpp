@@ -1,0 +1,644 @@
+// benchmarks/bench_rings.cpp: conveyor's rings against peer queues, same workload, one binary.
+//
+//   ./bench_rings                                          # every benchmark, ~3 min on 2 cores
+//   ./bench_rings --benchmark_filter='spsc/.*/1024'        # one family
+//   ./bench_rings --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//
+// Names read <workload>/<queue>/<path>[/<capacity>]:
+//   spsc/Q/{try,block}/{1024,65536}  one producer (core 0) -> one consumer (core 1), 1<<20
+//                                    items per iteration, the consumer checks FIFO order
+//   rtt/Q/{try,block}                ping-pong through two rings (core 0 <-> core 1), 1<<14
+//                                    round trips per iteration; ns_per_rtt is the latency
+//   mpmc2x2/Q/{try,block}            2 producers and 2 consumers on 2 cores, capacity 1024,
+//                                    1<<20 items per iteration, the consumers check the sum
+//   idle/Q                           a consumer blocked in pop() on an empty ring for 1 s:
+//                                    its own thread CPU time, as cpu_us_per_s
+// "try" spins on try_push/try_pop (pause, and a yield every 64 failures so a waiting thread
+// hands back a shared core); "block" uses the queue's blocking calls. Peers: a std::mutex +
+// two std::condition_variable bounded queue ("mutex"), boost::lockfree ("boost", no blocking
+// path: try only), moodycamel ("moodycamel": ReaderWriterQueue / ConcurrentQueue with tokens
+// for try, their Blocking* variants for block, whose producer side has no blocking call and
+// spins on try_enqueue like the try path; "moodycamel-circ": BlockingReaderWriterCircularBuffer,
+// moodycamel's bounded SPSC with wait_enqueue). "lamport-{packed,pad64,pad128}" is a copy of
+// the SPSC algorithm with both indices (and their caches) on one line, or each side on its
+// own 64- or 128-byte line: the false-sharing measurement behind conveyor::cache_line_size.
+// Every queue is constructed with the benchmark's capacity and used bounded (moodycamel's
+// queues round it up a little; they never allocate on the try_enqueue path).
+// Timing is manual: from releasing the pinned threads to the last one finishing.
+//
+// Thread-safety: a benchmark binary; each benchmark owns its queues and threads.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <pthread.h>  // pthread_setaffinity_np: pin each thread to one core
+#include <sched.h>
+#include <time.h>     // clock_gettime(CLOCK_THREAD_CPUTIME_ID)
+
+#include <boost/lockfree/queue.hpp>
+#include <boost/lockfree/spsc_queue.hpp>
+#include <concurrentqueue/blockingconcurrentqueue.h>
+#include <readerwriterqueue/readerwritercircularbuffer.h>
+#include <readerwriterqueue/readerwriterqueue.h>
+
+#include "conveyor/config.hpp"
+#include "conveyor/ring/detail/wait.hpp"
+#include "conveyor/ring/mpmc_ring.hpp"
+#include "conveyor/ring/spsc_ring.hpp"
+
+namespace {
+
+using item = std::uint64_t;
+using clock_type = std::chrono::steady_clock;
+
+constexpr item spsc_items = item{1} << 20;
+constexpr item mpmc_items = item{1} << 20;
+constexpr item rtt_round_trips = item{1} << 14;
+constexpr std::size_t rtt_capacity = 1024;
+constexpr std::size_t mpmc_capacity = 1024;
+constexpr double min_time_s = 0.1;
+
+// ---------------------------------------------------------------------------------------
+// Threads: pinned, released together, timed from the release to the last finish.
+
+int core(int i) {
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<int>(static_cast<unsigned>(i) % std::min(n, 2u));  // cores 0 and 1
+}
+
+void pin_to_core(int c) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(c, &set);
+  // A failure (a cpuset without core c) leaves the thread unpinned: still correct.
+  (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+struct job {
+  int core;
+  std::function<void()> body;
+};
+
+// Runs every job on its own thread pinned to its core, all released at once; returns the
+// seconds from the release to the end of the last job (thread start-up is not timed).
+double run_pinned(std::vector<job> jobs) {
+  std::atomic<std::size_t> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<clock_type::time_point> finished(jobs.size());
+  std::vector<std::thread> threads;
+  threads.reserve(jobs.size());
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    threads.emplace_back([&, i] {
+      pin_to_core(jobs[i].core);
+      ready.fetch_add(1, std::memory_order_relaxed);  // relaxed: only counts arrivals
+      go.wait(false, std::memory_order_acquire);      // acquire: pairs with the release below
+      jobs[i].body();
+      finished[i] = clock_type::now();  // read by the main thread after join()
+    });
+  }
+  while (ready.load(std::memory_order_relaxed) < jobs.size()) std::this_thread::yield();
+  const auto start = clock_type::now();
+  go.store(true, std::memory_order_release);  // release: pairs with the workers' acquire wait
+  go.notify_all();
+  for (auto& t : threads) t.join();
+  const auto end = *std::max_element(finished.begin(), finished.end());
+  return std::chrono::duration<double>(end - start).count();
+}
+
+// The "try" path's wait: pause, and every 64th failure yield, so a spinning thread hands a
+// shared core to the thread it waits for (mpmc2x2 runs 4 threads on 2 cores).
+class backoff {
+ public:
+  void operator()() noexcept {
+    if (++fails_ % 64 == 0)
+      std::this_thread::yield();
+    else
+      conveyor::detail::cpu_relax();
+  }
+
+ private:
+  unsigned fails_ = 0;
+};
+
+enum class path { try_, block };
+
+// Per-thread state of a queue; most queues need none. moodycamel::ConcurrentQueue's
+// producer and consumer tokens live here.
+struct no_state {};
+
+// ---------------------------------------------------------------------------------------
+// Adapters: one shape for every queue. try_push/try_pop never block; push/pop block.
+
+struct conveyor_spsc {
+  static constexpr bool has_block = true;
+  using producer = no_state;
+  using consumer = no_state;
+  explicit conveyor_spsc(std::size_t cap) : q(cap) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+  bool try_push(producer&, item v) { return q.try_push(v); }
+  bool try_pop(consumer&, item& v) {
+    auto o = q.try_pop();
+    if (!o) return false;
+    v = *o;
+    return true;
+  }
+  void push(producer&, item v) { q.push(v); }
+  void pop(consumer&, item& v) { v = *q.pop(); }
+  conveyor::spsc_ring<item> q;
+};
+
+struct conveyor_mpmc {
+  static constexpr bool has_block = true;
+  using producer = no_state;
+  using consumer = no_state;
+  explicit conveyor_mpmc(std::size_t cap) : q(cap) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+  bool try_push(producer&, item v) { return q.try_push(v); }
+  bool try_pop(consumer&, item& v) {
+    auto o = q.try_pop();
+    if (!o) return false;
+    v = *o;
+    return true;
+  }
+  void push(producer&, item v) { q.push(v); }
+  void pop(consumer&, item& v) { v = *q.pop(); }
+  conveyor::mpmc_ring<item> q;
+};
+
+// Bounded ring under one std::mutex, with a condition variable per direction.
+class mutex_queue {
+ public:
+  static constexpr bool has_block = true;
+  using producer = no_state;
+  using consumer = no_state;
+  explicit mutex_queue(std::size_t cap) : buf_(cap), mask_(cap - 1) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+
+  bool try_push(producer&, item v) {
+    {
+      std::lock_guard lock(m_);
+      if (count_ == buf_.size()) return false;
+      buf_[(head_ + count_) & mask_] = v;
+      ++count_;
+    }
+    not_empty_.notify_one();
+    return true;
+  }
+  bool try_pop(consumer&, item& v) {
+    {
+      std::lock_guard lock(m_);
+      if (count_ == 0) return false;
+      v = take();
+    }
+    not_full_.notify_one();
+    return true;
+  }
+  void push(producer&, item v) {
+    {
+      std::unique_lock lock(m_);
+      not_full_.wait(lock, [&] { return count_ < buf_.size(); });
+      buf_[(head_ + count_) & mask_] = v;
+      ++count_;
+    }
+    not_empty_.notify_one();
+  }
+  void pop(consumer&, item& v) {
+    {
+      std::unique_lock lock(m_);
+      not_empty_.wait(lock, [&] { return count_ > 0; });
+      v = take();
+    }
+    not_full_.notify_one();
+  }
+
+ private:
+  item take() {
+    const item v = buf_[head_];
+    head_ = (head_ + 1) & mask_;
+    --count_;
+    return v;
+  }
+
+  std::mutex m_;
+  std::condition_variable not_empty_;
+  std::condition_variable not_full_;
+  std::vector<item> buf_;
+  std::size_t mask_;
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+};
+
+// boost::lockfree::spsc_queue with a compile-time capacity (its fastest form).
+template <std::size_t Cap>
+struct boost_spsc {
+  static constexpr bool has_block = false;
+  using producer = no_state;
+  using consumer = no_state;
+  explicit boost_spsc(std::size_t) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+  bool try_push(producer&, item v) { return q.push(v); }
+  bool try_pop(consumer&, item& v) { return q.pop(v); }
+  boost::lockfree::spsc_queue<item, boost::lockfree::capacity<Cap>> q;
+};
+
+// boost::lockfree::queue, fixed-size node pool: push fails instead of allocating.
+template <std::size_t Cap>
+struct boost_mpmc {
+  static constexpr bool has_block = false;
+  using producer = no_state;
+  using consumer = no_state;
+  explicit boost_mpmc(std::size_t) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+  bool try_push(producer&, item v) { return q.bounded_push(v); }
+  bool try_pop(consumer&, item& v) { return q.pop(v); }
+  boost::lockfree::queue<item, boost::lockfree::capacity<Cap>> q;
+};
+
+// moodycamel SPSC: ReaderWriterQueue (try) / BlockingReaderWriterQueue (wait_dequeue).
+// Constructed with the capacity and fed through try_enqueue only, so it never grows.
+template <class Q>
+struct moodycamel_rwq {
+  static constexpr bool has_block = requires(Q& q, item& v) { q.wait_dequeue(v); };
+  using producer = no_state;
+  using consumer = no_state;
+  explicit moodycamel_rwq(std::size_t cap) : q(cap) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+  bool try_push(producer&, item v) { return q.try_enqueue(v); }
+  bool try_pop(consumer&, item& v) { return q.try_dequeue(v); }
+  void push(producer& p, item v) {  // no blocking enqueue that stays bounded
+    backoff wait;
+    while (!try_push(p, v)) wait();
+  }
+  void pop(consumer&, item& v) {
+    if constexpr (has_block) q.wait_dequeue(v);
+  }
+  Q q;
+};
+using moodycamel_spsc = moodycamel_rwq<moodycamel::ReaderWriterQueue<item>>;
+using moodycamel_spsc_blocking = moodycamel_rwq<moodycamel::BlockingReaderWriterQueue<item>>;
+
+// moodycamel::BlockingReaderWriterCircularBuffer: bounded SPSC with blocking on both sides.
+struct moodycamel_circ {
+  static constexpr bool has_block = true;
+  using producer = no_state;
+  using consumer = no_state;
+  explicit moodycamel_circ(std::size_t cap) : q(cap) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+  bool try_push(producer&, item v) { return q.try_enqueue(v); }
+  bool try_pop(consumer&, item& v) { return q.try_dequeue(v); }
+  void push(producer&, item v) { q.wait_enqueue(v); }
+  void pop(consumer&, item& v) { q.wait_dequeue(v); }
+  moodycamel::BlockingReaderWriterCircularBuffer<item> q;
+};
+
+// moodycamel MPMC with explicit producer/consumer tokens (its fastest use), bounded:
+// sized for the capacity and two explicit producers, no implicit producers, fed through
+// try_enqueue (never allocates).
+template <class Q>
+struct moodycamel_cq {
+  static constexpr bool has_block =
+      requires(Q& q, moodycamel::ConsumerToken& c, item& v) { q.wait_dequeue(c, v); };
+  using producer = moodycamel::ProducerToken;
+  using consumer = moodycamel::ConsumerToken;
+  explicit moodycamel_cq(std::size_t cap) : q(cap, 2, 0) {}
+  producer make_producer() { return producer(q); }
+  consumer make_consumer() { return consumer(q); }
+  bool try_push(producer& p, item v) { return q.try_enqueue(p, v); }
+  bool try_pop(consumer& c, item& v) { return q.try_dequeue(c, v); }
+  void push(producer& p, item v) {
+    backoff wait;
+    while (!try_push(p, v)) wait();
+  }
+  void pop(consumer& c, item& v) {
+    if constexpr (has_block) q.wait_dequeue(c, v);
+  }
+  Q q;
+};
+using moodycamel_mpmc = moodycamel_cq<moodycamel::ConcurrentQueue<item>>;
+using moodycamel_mpmc_blocking = moodycamel_cq<moodycamel::BlockingConcurrentQueue<item>>;
+
+// A copy of the SPSC algorithm (Lamport, with index caches), try path only, whose layout
+// is the parameter: Align == 0 packs both indices and both caches into one line; otherwise
+// each side (its index and its cache of the other index) gets its own Align-byte line.
+template <std::size_t Align>
+class lamport_spsc {
+  static constexpr std::size_t side_align = Align == 0 ? alignof(std::size_t) : Align;
+  static constexpr std::size_t block_align = Align == 0 ? 64 : Align;
+
+ public:
+  static constexpr bool has_block = false;
+  using producer = no_state;
+  using consumer = no_state;
+  explicit lamport_spsc(std::size_t cap) : mask_(cap - 1), slots_(new item[cap]) {}
+  producer make_producer() { return {}; }
+  consumer make_consumer() { return {}; }
+
+  bool try_push(producer&, item v) {
+    const std::size_t tail = idx_.p.index.load(std::memory_order_relaxed);  // we own tail
+    if (tail - idx_.p.cache > mask_) {
+      // acquire: pairs with the release store of head in try_pop().
+      idx_.p.cache = idx_.c.index.load(std::memory_order_acquire);
+      if (tail - idx_.p.cache > mask_) return false;
+    }
+    slots_[tail & mask_] = v;
+    idx_.p.index.store(tail + 1, std::memory_order_release);  // release: pairs with try_pop()
+    return true;
+  }
+  bool try_pop(consumer&, item& v) {
+    const std::size_t head = idx_.c.index.load(std::memory_order_relaxed);  // we own head
+    if (head == idx_.c.cache) {
+      // acquire: pairs with the release store of tail in try_push().
+      idx_.c.cache = idx_.p.index.load(std::memory_order_acquire);
+      if (head == idx_.c.cache) return false;
+    }
+    v = slots_[head & mask_];
+    idx_.c.index.store(head + 1, std::memory_order_release);  // release: pairs with try_push()
+    return true;
+  }
+
+ private:
+  struct alignas(side_align) side {
+    std::atomic<std::size_t> index{0};
+    std::size_t cache{0};
+  };
+  struct alignas(block_align) indices {
+    side p, c;
+  };
+  static_assert(Align == 0 ? sizeof(indices) <= 64 : sizeof(side) == Align,
+                "lamport_spsc: the layout under test is not the one intended");
+
+  const std::size_t mask_;
+  std::unique_ptr<item[]> slots_;
+  indices idx_;
+};
+
+// ---------------------------------------------------------------------------------------
+// The same calls on every queue.
+
+template <path P, class Q>
+void put(Q& q, typename Q::producer& p, item v) {
+  if constexpr (P == path::block) {
+    static_assert(Q::has_block, "this queue has no blocking path");
+    q.push(p, v);
+  } else {
+    backoff wait;
+    while (!q.try_push(p, v)) wait();
+  }
+}
+
+template <path P, class Q>
+item take(Q& q, typename Q::consumer& c) {
+  item v = 0;
+  if constexpr (P == path::block) {
+    static_assert(Q::has_block, "this queue has no blocking path");
+    q.pop(c, v);
+  } else {
+    backoff wait;
+    while (!q.try_pop(c, v)) wait();
+  }
+  return v;
+}
+
+template <path P, class Q>
+void spsc_throughput(benchmark::State& state, std::size_t capacity) {
+  auto q = std::make_unique<Q>(capacity);
+  auto p = q->make_producer();  // per-thread state lives as long as the queue
+  auto c = q->make_consumer();
+  item out_of_order = 0;
+  for (auto _ : state) {
+    const double s = run_pinned({
+        {core(0), [&] {
+           for (item i = 0; i < spsc_items; ++i) put<P>(*q, p, i);
+         }},
+        {core(1), [&] {
+           item bad = 0;
+           for (item i = 0; i < spsc_items; ++i) bad += take<P>(*q, c) != i;
+           out_of_order += bad;
+         }},
+    });
+    state.SetIterationTime(s);
+  }
+  if (out_of_order != 0) state.SkipWithError("consumer saw items out of FIFO order");
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * spsc_items));
+}
+
+template <path P, class Q>
+void round_trip(benchmark::State& state) {
+  auto ping = std::make_unique<Q>(rtt_capacity);
+  auto pong = std::make_unique<Q>(rtt_capacity);
+  auto ping_p = ping->make_producer();
+  auto ping_c = ping->make_consumer();
+  auto pong_p = pong->make_producer();
+  auto pong_c = pong->make_consumer();
+  item wrong = 0;
+  for (auto _ : state) {
+    const double s = run_pinned({
+        {core(0), [&] {
+           item bad = 0;
+           for (item i = 0; i < rtt_round_trips; ++i) {
+             put<P>(*ping, ping_p, i);
+             bad += take<P>(*pong, pong_c) != i;
+           }
+           wrong += bad;
+         }},
+        {core(1), [&] {
+           for (item i = 0; i < rtt_round_trips; ++i)
+             put<P>(*pong, pong_p, take<P>(*ping, ping_c));
+         }},
+    });
+    state.SetIterationTime(s);
+  }
+  if (wrong != 0) state.SkipWithError("a round trip came back with the wrong value");
+  const auto trips = static_cast<double>(state.iterations() * rtt_round_trips);
+  state.SetItemsProcessed(static_cast<std::int64_t>(trips));
+  // rate inverted: seconds per round trip, printed as ns.
+  state.counters["ns_per_rtt"] =
+      benchmark::Counter(trips, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+template <path P, class Q>
+void mpmc_2x2(benchmark::State& state) {
+  auto q = std::make_unique<Q>(mpmc_capacity);
+  // Per-thread state (moodycamel's tokens) made once: a token per thread per iteration
+  // would make moodycamel recycle producers, which is not the workload measured here.
+  typename Q::producer producers[2] = {q->make_producer(), q->make_producer()};
+  typename Q::consumer consumers[2] = {q->make_consumer(), q->make_consumer()};
+  constexpr item half = mpmc_items / 2;
+  item sum = 0;
+  item expected = 0;
+  for (auto _ : state) {
+    item sums[2] = {0, 0};
+    auto produce = [&](int k) {
+      const item first = static_cast<item>(k) * half;
+      for (item i = first; i < first + half; ++i) put<P>(*q, producers[k], i);
+    };
+    auto consume = [&](int k) {
+      item local = 0;
+      for (item i = 0; i < half; ++i) local += take<P>(*q, consumers[k]);  // half each
+      sums[k] = local;
+    };
+    // One producer and one consumer per core: hand-offs happen within a core and across.
+    const double s = run_pinned({
+        {core(0), [&] { produce(0); }},
+        {core(1), [&] { produce(1); }},
+        {core(1), [&] { consume(0); }},
+        {core(0), [&] { consume(1); }},
+    });
+    state.SetIterationTime(s);
+    sum += sums[0] + sums[1];
+    expected += mpmc_items * (mpmc_items - 1) / 2;
+  }
+  if (sum != expected) state.SkipWithError("items lost or duplicated");
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * mpmc_items));
+}
+
+std::int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// A consumer blocked in pop() on an empty queue for 1 s: the CPU its own thread burns.
+template <class Q>
+void idle_consumer(benchmark::State& state) {
+  auto q = std::make_unique<Q>(1024);
+  auto p = q->make_producer();
+  auto c = q->make_consumer();
+  double cpu_s = 0, blocked_s = 0;
+  for (auto _ : state) {
+    std::int64_t cpu_ns = 0;
+    clock_type::time_point blocked_at{}, woke_at{};
+    const double s = run_pinned({
+        {core(0), [&] {
+           const std::int64_t t0 = thread_cpu_ns();
+           blocked_at = clock_type::now();
+           item v = 0;
+           q->pop(c, v);
+           woke_at = clock_type::now();
+           cpu_ns = thread_cpu_ns() - t0;
+         }},
+        {core(1), [&] {
+           std::this_thread::sleep_for(std::chrono::seconds(1));
+           while (!q->try_push(p, 1)) std::this_thread::yield();
+         }},
+    });
+    state.SetIterationTime(s);
+    cpu_s += static_cast<double>(cpu_ns) * 1e-9;
+    blocked_s += std::chrono::duration<double>(woke_at - blocked_at).count();
+  }
+  state.counters["cpu_us_per_s"] = benchmark::Counter(blocked_s > 0 ? 1e6 * cpu_s / blocked_s : 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Registration: readable names, manual time, the same settings for every peer.
+
+// iterations == 0: as many as min_time_s needs.
+benchmark::internal::Benchmark* add(const std::string& name,
+                                    std::function<void(benchmark::State&)> fn,
+                                    benchmark::IterationCount iterations = 0) {
+  auto* b = benchmark::RegisterBenchmark(name.c_str(),
+                                         [fn = std::move(fn)](benchmark::State& st) { fn(st); });
+  b->UseManualTime()->Unit(benchmark::kMillisecond);
+  if (iterations > 0)
+    b->Iterations(iterations);
+  else
+    b->MinTime(min_time_s);
+  return b;
+}
+
+template <class Q>
+void add_spsc(const std::string& queue, std::size_t cap, bool with_try = true) {
+  const std::string suffix = "/" + std::to_string(cap);
+  if (with_try)
+    add("spsc/" + queue + "/try" + suffix,
+        [cap](benchmark::State& st) { spsc_throughput<path::try_, Q>(st, cap); });
+  if constexpr (Q::has_block)
+    add("spsc/" + queue + "/block" + suffix,
+        [cap](benchmark::State& st) { spsc_throughput<path::block, Q>(st, cap); });
+}
+
+template <std::size_t Cap>
+void add_spsc_family() {
+  add_spsc<conveyor_spsc>("conveyor", Cap);
+  add_spsc<boost_spsc<Cap>>("boost", Cap);
+  add_spsc<moodycamel_spsc>("moodycamel", Cap);  // try path: plain ReaderWriterQueue
+  add_spsc<moodycamel_spsc_blocking>("moodycamel", Cap, /*with_try=*/false);
+  add_spsc<moodycamel_circ>("moodycamel-circ", Cap);
+  add_spsc<mutex_queue>("mutex", Cap);
+  add_spsc<lamport_spsc<0>>("lamport-packed", Cap);
+  add_spsc<lamport_spsc<64>>("lamport-pad64", Cap);
+  add_spsc<lamport_spsc<128>>("lamport-pad128", Cap);
+}
+
+template <class Q, path P>
+void add_rtt(const std::string& queue) {
+  add("rtt/" + queue + (P == path::block ? "/block" : "/try"), round_trip<P, Q>);
+}
+
+template <class Q, path P>
+void add_mpmc(const std::string& queue) {
+  add("mpmc2x2/" + queue + (P == path::block ? "/block" : "/try"), mpmc_2x2<P, Q>);
+}
+
+void register_all() {
+  add_spsc_family<1024>();
+  add_spsc_family<65536>();
+
+  add_rtt<conveyor_spsc, path::try_>("conveyor");
+  add_rtt<conveyor_spsc, path::block>("conveyor");
+  add_rtt<boost_spsc<rtt_capacity>, path::try_>("boost");
+  add_rtt<moodycamel_spsc, path::try_>("moodycamel");
+  add_rtt<moodycamel_spsc_blocking, path::block>("moodycamel");
+  add_rtt<moodycamel_circ, path::block>("moodycamel-circ");
+  add_rtt<mutex_queue, path::try_>("mutex");
+  add_rtt<mutex_queue, path::block>("mutex");
+
+  add_mpmc<conveyor_mpmc, path::try_>("conveyor");
+  add_mpmc<conveyor_mpmc, path::block>("conveyor");
+  add_mpmc<boost_mpmc<mpmc_capacity>, path::try_>("boost");
+  add_mpmc<moodycamel_mpmc, path::try_>("moodycamel");
+  add_mpmc<moodycamel_mpmc_blocking, path::block>("moodycamel");
+  add_mpmc<mutex_queue, path::try_>("mutex");
+  add_mpmc<mutex_queue, path::block>("mutex");
+
+  add("idle/conveyor-spsc", idle_consumer<conveyor_spsc>, 1);
+  add("idle/conveyor-mpmc", idle_consumer<conveyor_mpmc>, 1);
+  add("idle/moodycamel", idle_consumer<moodycamel_spsc_blocking>, 1);
+  add("idle/mutex", idle_consumer<mutex_queue>, 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::AddCustomContext("conveyor_cache_line_size",
+                              std::to_string(conveyor::cache_line_size));
+  benchmark::AddCustomContext(
+      "conveyor_asymmetric_barrier",
+      conveyor::detail::asymmetric_barrier_enabled() ? "membarrier" : "seq_cst exchange");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
