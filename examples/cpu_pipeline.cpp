@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <iostream>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
         pipelined_sum += l.cls;
       }).name("postprocess")};
   const auto t1 = clock_type::now();
-  const conveyor::item_counts c = p.run();
+  const conveyor::report c = p.run();
   const double pipelined_s = std::chrono::duration<double>(clock_type::now() - t1).count();
 
   const bool same = pipelined_sum == serial_sum && in_order && c.completed == items;
@@ -142,5 +143,7 @@ int main(int argc, char** argv) {
               same ? "identical to the serial loop, in order" : "DIFFERENT from the serial loop",
               static_cast<unsigned long long>(c.produced), static_cast<unsigned long long>(c.completed),
               static_cast<unsigned long long>(c.failed), static_cast<unsigned long long>(c.cancelled));
+  std::printf("\nwhat conveyor measured:\n");
+  std::cout << c;
   return same ? 0 : 1;
 }

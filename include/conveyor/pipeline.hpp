@@ -35,6 +35,8 @@
 #include "conveyor/config.hpp"
 #include "conveyor/detail/thread_group.hpp"
 #include "conveyor/error.hpp"
+#include "conveyor/metrics/report.hpp"
+#include "conveyor/metrics/verdict.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/stage/batch.hpp"
 #include "conveyor/stage/concepts.hpp"
@@ -145,7 +147,7 @@ class pipeline<chain<Bound...>> {
 
   // Runs a finite source to its end. Rethrows the first stage failure after joining.
   // @note blocks the calling thread until every stage has finished.
-  item_counts run()
+  conveyor::report run()
     requires(!service)
   {
     start();
@@ -193,7 +195,7 @@ class pipeline<chain<Bound...>> {
   // Stops the pipeline and waits for it. drain: input closes, everything inside
   // completes; cancel: stages stop at once, what is inside counts as cancelled.
   // @note blocks until every thread has joined. Rethrows a stage failure.
-  item_counts stop(stop_mode mode) {
+  conveyor::report stop(stop_mode mode) {
     if (!state_->started) throw closed_error("conveyor::pipeline: stop() before start()");
     if (mode == stop_mode::cancel) {
       state_->ctl.stop();
@@ -205,11 +207,42 @@ class pipeline<chain<Bound...>> {
 
   // Waits for the pipeline to finish (a finite source ends, or stop() was called).
   // @note blocks the calling thread. Rethrows the first stage failure, after joining.
-  item_counts wait() {
+  conveyor::report wait() {
     if (!state_->started) throw closed_error("conveyor::pipeline: wait() before start()");
     finish_threads();
     state_->ctl.error.rethrow_if_any();
-    return counts();
+    return this->report();
+  }
+
+  // What the pipeline measured: per-stage busy / starved / blocked time, per-lane H2D /
+  // compute / D2H time, GPU busy fraction, latency percentiles, throughput, the item
+  // accounting and the verdict naming the bottleneck. Callable while running (a
+  // snapshot of the run so far) and after it (final). Not a hot path: it allocates.
+  conveyor::report report() const {
+    const state& st = *state_;
+    conveyor::report r;
+    const std::int64_t end = st.joined ? st.end_ns : detail::now_ns();
+    r.wall_s = st.started ? metrics::ns_to_s(end - st.start_ns) : 0.0;
+    const item_counts c = counts();
+    r.produced = c.produced;
+    r.completed = c.completed;
+    r.failed = c.failed;
+    r.cancelled = c.cancelled;
+    r.runtime = "host";
+    std::int64_t gpu_busy_ns = 0;
+    for (const detail::stage_info& i : st.infos) {
+      r.stages.push_back(metrics::make_stage_report(i.name, i.kind, *i.stats, i.input_capacity));
+      if (i.gpu) {
+        for (auto& l : metrics::make_lane_reports(*i.gpu)) r.lanes.push_back(l);
+        gpu_busy_ns += i.gpu->compute_busy_ns();
+        r.runtime = std::string(i.runtime);
+      }
+      if (i.batches && !r.batching) r.batching = metrics::make_batch_report(i.batches->snapshot());
+    }
+    r.gpu_busy_fraction = r.wall_s > 0 ? metrics::ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
+    r.item_latency = metrics::make_latency_report(st.latency);
+    metrics::complete_report(r);
+    return r;
   }
 
   // A snapshot: exact once the pipeline has stopped.
@@ -221,10 +254,6 @@ class pipeline<chain<Bound...>> {
   }
 
   // Per-stage identity and counters, in pipeline order (for the report).
-  std::vector<detail::stage_info> stage_infos() const { return state_->infos; }
-  const detail::latency_recorder& item_latency() const noexcept { return state_->latency; }
-  std::int64_t start_time_ns() const noexcept { return state_->start_ns; }
-  std::int64_t end_time_ns() const noexcept { return state_->end_ns; }
 
  private:
   // One ring behind each stage that has output (a service's last stage included).

@@ -20,7 +20,8 @@ namespace t = conveyor::test;
 
 namespace {
 
-void require_conserved(const item_counts& c) {
+template <class Counts>
+void require_conserved(const Counts& c) {
   CAPTURE(c.produced, c.completed, c.failed, c.cancelled);
   REQUIRE(c.produced == c.completed + c.failed + c.cancelled);
 }

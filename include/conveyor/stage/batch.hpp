@@ -88,7 +88,11 @@ class batch_node {
       : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
         stats_((validate(stage_), 1)), batches_(stage_.max_size()) {}
 
-  stage_info info() { return {stage_.name(), stage_kind::batch, in_->capacity(), &stats_}; }
+  stage_info info() {
+    stage_info i{stage_.name(), stage_kind::batch, in_->capacity(), &stats_};
+    i.batches = &batches_;
+    return i;
+  }
   const metrics::batch_stats& batches() const noexcept { return batches_; }
   std::size_t max_size() const noexcept { return stage_.max_size(); }
 

@@ -151,7 +151,12 @@ class gpu_node {
     });
   }
 
-  stage_info info() { return {stage_.options().name, stage_kind::gpu, in_->capacity(), &stats_}; }
+  stage_info info() {
+    stage_info i{stage_.options().name, stage_kind::gpu, in_->capacity(), &stats_};
+    i.gpu = &gpu_;
+    i.runtime = R::name;
+    return i;
+  }
 
   // After join: batches enqueued but never completed, and results held back for order,
   // are cancelled.

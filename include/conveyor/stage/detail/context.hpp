@@ -15,7 +15,9 @@
 #include "conveyor/detail/first_error.hpp"
 #include "conveyor/error.hpp"
 #include "conveyor/metrics/clock.hpp"
+#include "conveyor/metrics/batch_stats.hpp"
 #include "conveyor/metrics/histogram.hpp"
+#include "conveyor/metrics/lane_stats.hpp"
 #include "conveyor/metrics/stage_stats.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 
@@ -50,14 +52,20 @@ using link = mpmc_ring<envelope<T>>;
 
 using latency_recorder = metrics::latency_histogram;
 
-enum class stage_kind { source, map, batch, unbatch, gpu, sink };
+using metrics::stage_kind;
 
-// What a running stage tells the report: its identity and its workers' counters.
+// What a running stage tells the report: its identity and its counters.
 struct stage_info {
+  stage_info(std::string n, stage_kind k, std::size_t capacity, const metrics::stage_stats* s)
+      : name(std::move(n)), kind(k), input_capacity(capacity), stats(s) {}
+
   std::string name;
   stage_kind kind = stage_kind::map;
   std::size_t input_capacity = 0;  // 0: no input ring (a source)
   const metrics::stage_stats* stats = nullptr;
+  metrics::gpu_stats* gpu = nullptr;                // the GPU segment's lanes
+  const metrics::batch_stats* batches = nullptr;    // a batch stage's fill
+  std::string_view runtime;                         // the GPU segment's runtime name
 };
 
 // Shared by every stage of one pipeline run.
