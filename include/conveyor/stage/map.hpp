@@ -31,14 +31,26 @@
 
 namespace conveyor {
 
+namespace detail {
+// True when F can take an In rvalue and returns a value. invoke_result_t is named only
+// once invocability is known, so a mismatch yields `false` (and the readable
+// static_assert in check_connection) instead of a hard error inside <type_traits>.
+template <class F, class In>
+constexpr bool invocable_with_value() {
+  if constexpr (std::is_invocable_v<F&, In&&>)
+    return !std::is_void_v<std::invoke_result_t<F&, In&&>>;
+  else
+    return false;
+}
+}  // namespace detail
+
 template <class F>
 class map_stage {
  public:
   // The stage accepts In when the function can be called with an In rvalue and returns
   // a value (not void: a stage that consumes without output is a sink).
   template <class In>
-  static constexpr bool accepts =
-      std::is_invocable_v<F&, In&&> && !std::is_void_v<std::invoke_result_t<F&, In&&>>;
+  static constexpr bool accepts = detail::invocable_with_value<F, In>();
   template <class In>
   using output = std::decay_t<std::invoke_result_t<F&, In&&>>;
 
