@@ -185,8 +185,12 @@ class pipeline<chain<Bound...>> {
     if (!std::get<0>(st.rings)->push(
             detail::envelope<input_type>{std::move(x), {seq, detail::now_ns(), *ticket}, {}})) {
       st.ctl.cancel(1);
-      slot.promise.set_exception(std::make_exception_ptr(
-          closed_error("conveyor::pipeline: stopped before the item was accepted")));
+      // Exactly one of this call and finish_threads() settles the promise: whichever
+      // takes in_use from true to false (acq_rel: pairs with the exchange there, so the
+      // loser sees the winner's claim).
+      if (slot.in_use.exchange(false, std::memory_order_acq_rel))
+        slot.promise.set_exception(std::make_exception_ptr(
+            closed_error("conveyor::pipeline: stopped before the item was accepted")));
       (void)st.free_tickets.try_push(std::uint32_t{*ticket});  // never full: one slot per ticket
     }
     return fut;
@@ -413,7 +417,7 @@ class pipeline<chain<Bound...>> {
     if constexpr (service) {
       st.free_tickets.close();
       for (auto& slot : st.tickets)
-        if (slot.in_use.exchange(false))
+        if (slot.in_use.exchange(false, std::memory_order_acq_rel))  // see submit()
           slot.promise.set_exception(st.ctl.error.failed()
                                          ? st.ctl.error.get()
                                          : std::make_exception_ptr(closed_error(
