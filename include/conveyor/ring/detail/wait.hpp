@@ -19,6 +19,7 @@
 // Thread-safety: any number of waiters and notifiers.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -155,24 +156,32 @@ class wait_point {
  private:
   template <class Pred>
   bool wait_impl(Pred& pred, const wait_clock::time_point* deadline) noexcept {
-    // Adaptive spin (like glibc's adaptive mutex): spin up to spin_limit_ rounds, and
-    // move the limit toward what the last wait needed. Spinning pays only while the
-    // other side runs on another core; when cores are oversubscribed it decays, and
-    // waiters yield and then sleep instead of stealing the core the worker needs.
-    // relaxed: a heuristic hint; a stale value costs time, never correctness.
+    // Spin, then yield, then sleep: competitive spinning, tuned by what the last waits
+    // needed. A spin that succeeds at round i moves the limit toward 2i + 16. A wait
+    // that outlasts the spin but ends soon after (within short_wait: in the yields, or
+    // woken about as fast as a futex round trip) says a longer spin would have paid, so
+    // the limit grows. One that sleeps long says spinning cannot pay (the other side is
+    // slow, or shares this core), so the limit decays and waiters go to sleep sooner
+    // instead of stealing the core the worker needs. Deciding on the tail, not on the
+    // typical wait, keeps both sides of a busy ring out of the sleep path (each trip
+    // through it costs a membarrier here and a futex wake at the notifier).
+    // relaxed: spin_limit_ is a heuristic hint; a stale value costs time, never correctness.
     if (pred()) return true;
     const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
     for (std::uint32_t i = 0; i < limit; ++i) {
       if (pred()) {
-        adapt(limit, 2 * i + 16);
+        adapt(limit, 2 * i + 16, 2 * i + 16 > limit ? 1 : 6);
         return true;
       }
       cpu_relax();
     }
-    adapt(limit, 0);
+    const wait_clock::time_point spun = wait_clock::now();
     for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
       std::this_thread::yield();
-      if (pred()) return true;
+      if (pred()) {
+        adapt(limit, 2 * limit, 1);
+        return true;
+      }
     }
     for (;;) {
       // acquire: pairs with the release increment in notify(); if a notifier runs after
@@ -184,18 +193,40 @@ class wait_point {
       // pred() sees that notifier's publication.
       waiting_.exchange(true, std::memory_order_seq_cst);
       if (use_asymmetric_barrier()) heavy_barrier();  // partner: the signal fence in notify
-      if (pred()) return true;  // the flag may stay set: costs one spurious wake, no more
-      if (deadline && wait_clock::now() >= *deadline) return false;
+      if (pred()) {  // the flag may stay set: costs one spurious wake, no more
+        learn_from_sleep(limit, spun);
+        return true;
+      }
+      if (deadline && wait_clock::now() >= *deadline) {
+        adapt(limit, 0, 2);
+        return false;
+      }
       futex_wait(epoch_, epoch, deadline);
-      if (pred()) return true;
+      if (pred()) {
+        learn_from_sleep(limit, spun);
+        return true;
+      }
     }
   }
 
-  void adapt(std::uint32_t limit, std::uint32_t needed) noexcept {
-    constexpr std::uint32_t max_spin = 4096, min_spin = 16;
-    const std::int64_t target = needed > max_spin ? max_spin : needed;
-    std::int64_t next = std::int64_t{limit} + (target - std::int64_t{limit}) / 8;
-    if (next < min_spin) next = min_spin;
+  void learn_from_sleep(std::uint32_t limit, wait_clock::time_point spun) noexcept {
+    constexpr auto short_wait = std::chrono::microseconds(50);
+    if (wait_clock::now() - spun < short_wait)
+      adapt(limit, 2 * limit, 1);
+    else
+      adapt(limit, 0, 2);
+  }
+
+  // Moves the limit toward target: quickly up (a longer spin would have paid), slowly
+  // down after short waits (one lucky wait should not undo what the tail needs), and
+  // quickly down after long sleeps (spinning cannot pay). max_spin bounds one spin to
+  // about the cost of the sleep path it avoids (1024 pauses: ~40 us on a 39 ns pause),
+  // the competitive bound: a wait never burns more than twice what sleeping would cost.
+  void adapt(std::uint32_t limit, std::uint32_t target, int shift) noexcept {
+    constexpr std::int64_t max_spin = 1024, min_spin = 16;
+    const std::int64_t t = std::min<std::int64_t>(target, max_spin);
+    std::int64_t next = std::int64_t{limit} + (t - std::int64_t{limit}) / (std::int64_t{1} << shift);
+    next = std::clamp(next, min_spin, max_spin);
     if (static_cast<std::uint32_t>(next) != limit)
       spin_limit_.store(static_cast<std::uint32_t>(next), std::memory_order_relaxed);
   }
