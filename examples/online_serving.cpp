@@ -1,0 +1,217 @@
+// online_serving: conveyor as a long-lived service. Requests arrive one at a time (a
+// Poisson process: exponential gaps at a given mean rate), each is submit()ted and gets a
+// std::future; a dynamic batcher groups whatever has arrived — up to a maximum size, or
+// after a maximum delay since the batch's first request — and the model classifies the
+// batch. At the end: P50 / P95 / P99 latency as the clients saw it (submit -> result).
+//
+//   conveyor::input<request>() | prepare x2 | batch(32).max_delay(2 ms) | MLP (gpu x2 lanes) | unbatch
+//   svc.start();  auto f = svc.submit(req);  ...  f.get();  svc.stop(conveyor::stop_mode::drain);
+//
+// With a GPU the model is conveyor_models::mlp (cuBLAS); without one the host runtime
+// runs conveyor_models::cpu_mlp, and the program says so.
+//
+//   ./build/examples/online_serving [requests_per_second] [seconds] [max_delay_us]
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "conveyor/pipeline.hpp"
+#include "conveyor/runtime/host/runtime.hpp"
+#include "conveyor_models/model.hpp"
+#include "conveyor_models/reference.hpp"
+
+namespace {
+
+namespace cm = conveyor_models;
+using clock_type = std::chrono::steady_clock;
+
+struct request {
+  std::uint64_t id;
+};
+struct tensor {
+  std::uint64_t id;
+  std::vector<std::uint8_t> px;
+};
+struct response {
+  std::uint64_t id;
+  std::uint32_t cls;
+};
+
+// Futures waiting for their results, with their submit times: the client's view.
+class pending_queue {
+ public:
+  void push(std::future<response> f, clock_type::time_point t) {
+    {
+      std::lock_guard lock{m_};
+      q_.emplace_back(std::move(f), t);
+    }
+    cv_.notify_one();
+  }
+  void close() {
+    {
+      std::lock_guard lock{m_};
+      closed_ = true;
+    }
+    cv_.notify_one();
+  }
+  // @note blocks until an entry or close().
+  bool pop(std::future<response>& f, clock_type::time_point& t) {
+    std::unique_lock lock{m_};
+    cv_.wait(lock, [&] { return closed_ || !q_.empty(); });
+    if (q_.empty()) return false;
+    f = std::move(q_.front().first);
+    t = q_.front().second;
+    q_.pop_front();
+    return true;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::future<response>, clock_type::time_point>> q_;
+  bool closed_ = false;
+};
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0.0;
+  const auto k = static_cast<std::size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5);
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+template <class R>
+int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::mlp_options o,
+          std::size_t max_batch, std::size_t lanes) {
+  const std::size_t n = o.shape.input;
+  o.lanes = lanes;
+  o.max_items = max_batch;
+  cm::model_t<R> model{o};
+  const cm::reference_mlp check{cm::make_weights(o.shape, o.seed), o.prec};
+
+  auto segment = conveyor::gpu<R, std::uint8_t, std::uint32_t>(
+      {.lanes = lanes, .slots_per_lane = 2, .in_elems = max_batch * n, .out_elems = max_batch,
+       .name = "mlp"},
+      [n](std::vector<tensor>& b, typename R::template pinned_span<std::uint8_t> dst) {
+        for (std::size_t i = 0; i < b.size(); ++i) std::memcpy(dst.data() + i * n, b[i].px.data(), n);
+        return b.size() * n;
+      },
+      [&model](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {
+        model.classify(l.in, l.out, l.items, l.stream, l.lane);
+        return l.items;
+      },
+      [](std::vector<tensor>&& b, typename R::template pinned_span<const std::uint32_t> cls) {
+        std::vector<response> out;
+        out.reserve(b.size());
+        for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i].id, cls[i]});
+        return out;
+      });
+  segment.streams([&model](std::size_t lane) {
+    typename R::stream s;
+    if constexpr (requires { model.bind(lane, s); }) model.bind(lane, s);
+    return s;
+  });
+  conveyor::pipeline svc{
+      conveyor::input<request>() |
+      conveyor::map([n](request r) {  // decode: the request's pixels
+        tensor t{r.id, std::vector<std::uint8_t>(n)};
+        cm::make_pixels(r.id, t.px);
+        return t;
+      }).workers(2).ordered().name("prepare") |
+      conveyor::batch(max_batch).max_delay(max_delay) | std::move(segment) | conveyor::unbatch()};
+
+  svc.start();
+  // The collector waits for each result in submission order (the pipeline keeps order,
+  // so no result waits behind a later one) and records what the client saw.
+  pending_queue pending;
+  std::vector<double> latency_ms;
+  std::uint64_t wrong = 0;
+  std::thread collector([&] {
+    std::future<response> f;
+    clock_type::time_point t;
+    std::vector<std::uint8_t> px(n);
+    std::vector<float> scratch(check.scratch_floats(1));
+    while (pending.pop(f, t)) {
+      const response r = f.get();
+      latency_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t).count());
+      if (r.id % 97 == 0) {  // spot-check a few answers against the CPU reference
+        std::uint32_t want = 0;
+        cm::make_pixels(r.id, px);
+        check.classify(px, o.norm, std::span(&want, 1), 1, scratch);
+        wrong += want != r.cls;
+      }
+    }
+  });
+
+  // Poisson arrivals: exponential gaps with mean 1 / rate, on an absolute schedule (a
+  // late submit does not push the following arrivals back).
+  std::mt19937_64 rng{2024};
+  std::exponential_distribution<double> gap{rate};
+  const auto start = clock_type::now();
+  auto next = start;
+  std::uint64_t sent = 0;
+  while (next - start < std::chrono::duration<double>(seconds)) {
+    std::this_thread::sleep_until(next);
+    pending.push(svc.submit(request{sent++}), clock_type::now());
+    next += std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(gap(rng)));
+  }
+  const conveyor::report r = svc.stop(conveyor::stop_mode::drain);
+  pending.close();
+  collector.join();
+  const double elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
+
+  std::printf("offered %.0f req/s for %.1f s: %llu requests, %.0f req/s served\n", rate, seconds,
+              static_cast<unsigned long long>(sent), static_cast<double>(r.completed) / elapsed);
+  std::printf("dynamic batching: max %zu, max delay %lld us; mean batch %.1f, %llu of %llu "
+              "batches left on the delay\n",
+              max_batch, static_cast<long long>(max_delay.count()),
+              r.batching ? r.batching->mean_size : 0.0,
+              static_cast<unsigned long long>(r.batching ? r.batching->flushed_on_timeout : 0),
+              static_cast<unsigned long long>(r.batching ? r.batching->batches : 0));
+  std::printf("client latency (submit -> result):  P50 %.2f ms   P95 %.2f ms   P99 %.2f ms\n",
+              percentile(latency_ms, 50), percentile(latency_ms, 95), percentile(latency_ms, 99));
+  std::printf("spot checks against the CPU reference: %s\n\n", wrong == 0 ? "all equal" : "SOME DIFFER");
+  std::cout << r;
+  return r.completed == sent && latency_ms.size() == sent ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const double rate = argc > 1 ? std::strtod(argv[1], nullptr) : 2000.0;
+    const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 2.0;
+    const std::chrono::microseconds max_delay{argc > 3 ? std::strtoll(argv[3], nullptr, 10) : 2000};
+    if (!(rate > 0) || !(seconds > 0) || max_delay.count() < 0) {
+      std::fprintf(stderr, "usage: online_serving [requests_per_second > 0] [seconds > 0] [max_delay_us >= 0]\n");
+      return 2;
+    }
+    cm::mlp_options o;
+#if CONVEYOR_HAS_CUDA
+    if (conveyor::cuda::device_count() > 0) {
+      std::printf("online_serving: runtime cuda (cuBLAS MLP)\n");
+      o.shape = {.input = 784, .hidden = 1024, .layers = 4, .classes = 10};
+      return serve<conveyor::cuda::runtime>(rate, seconds, max_delay, o, 64, 2);
+    }
+    std::printf("online_serving: no CUDA device answers: running on the host runtime\n");
+#else
+    std::printf("online_serving: built without CUDA: running on the host runtime\n");
+#endif
+    o.shape = {.input = 256, .hidden = 128, .layers = 3, .classes = 10};
+    return serve<conveyor::host::runtime>(rate, seconds, max_delay, o, 32, 2);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "online_serving: %s\n", e.what());
+    return 1;
+  }
+}

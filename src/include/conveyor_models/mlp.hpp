@@ -1,0 +1,97 @@
+// conveyor_models/mlp.hpp: the example MLP on the GPU: cuBLAS GEMMs (cublasGemmEx at
+// fp32, tf32, fp16 or bf16 with float accumulation) with a bias + ReLU kernel between
+// layers, plus the preprocessing and argmax kernels, one cuBLAS handle per lane.
+//
+//   using R = conveyor::cuda::runtime;
+//   conveyor_models::mlp model{{.shape = shape, .prec = conveyor_models::precision::fp16,
+//                               .lanes = 2, .max_items = 64, .cuda_graphs = true}};
+//   [&](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {      // gpu segment compute
+//     model.classify(l.in, l.out, l.items, l.stream, l.lane);           // only enqueues
+//     return l.items; }
+//
+// The weights (make_weights(shape, seed), as the references use) are uploaded once, at
+// construction. Each lane gets its own cuBLAS handle bound to that lane's stream with its
+// own workspace (cublasSetWorkspace), and its own scratch; the handle is made on the
+// lane's first call, or by bind() before the pipeline starts: do that (as the examples do,
+// in the gpu segment's .streams() factory), since the workspace allocation synchronizes
+// the device, and under another lane's graph capture it is best kept out of the run. With cuda_graphs, the work of each (call, items, input, output) runs eagerly
+// the first time and is captured into a CUDA graph then, which later calls replay (one
+// cudaGraphLaunch instead of ~3 launches per layer): the gpu segment's slots are fixed,
+// so the cache holds at most slots x distinct batch sizes graphs per lane. Capture is
+// legal because every cuBLAS handle has its own workspace (cublasSetWorkspace).
+// forward()/classify() only enqueue on the stream; nothing synchronizes.
+// Thread-safety: calls for different lanes may come from different threads at once; one
+// lane's calls must come from one thread at a time (cuBLAS's rule for a handle). The
+// model must outlive the work it enqueued.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "conveyor/runtime/cuda/memory.hpp"
+#include "conveyor/runtime/cuda/runtime.hpp"
+#include "conveyor/runtime/cuda/stream.hpp"
+#include "conveyor_models/reference.hpp"
+
+namespace conveyor_models {
+
+class mlp {
+ public:
+  using runtime = conveyor::cuda::runtime;
+  template <class T>
+  using device_span = conveyor::cuda::device_span<T>;
+
+  // Uploads the weights (on a stream of its own, synchronized before returning) and
+  // allocates every lane's scratch on the current device.
+  // @note blocks until the weights are on the device.
+  // @throws conveyor::config_error on bad options; conveyor::cuda_error.
+  explicit mlp(const mlp_options& o);
+  ~mlp();
+  mlp(const mlp&) = delete;
+  mlp& operator=(const mlp&) = delete;
+
+  const mlp_options& options() const noexcept { return options_; }
+
+  // Makes lane's cuBLAS handle on s now (else on the lane's first call). Calling it again
+  // with another stream replaces the handle and drops the lane's captured graphs.
+  // @note may allocate (and so synchronize the device): call it before the run.
+  void bind(std::size_t lane, conveyor::cuda::stream_ref s);
+
+  // Enqueues out[0 .. items * classes) = logits of in[0 .. items * input) on s.
+  // @throws conveyor::config_error when a span, items or lane is out of range;
+  //         conveyor::cuda_error.
+  void forward(device_span<const float> in, device_span<float> out, std::size_t items,
+               conveyor::cuda::stream_ref s, std::size_t lane);
+
+  // Enqueues normalize -> forward -> argmax on s: labels[0 .. items) from
+  // pixels[0 .. items * input); only the labels are written. @throws as forward().
+  void classify(device_span<const std::uint8_t> pixels, device_span<std::uint32_t> labels,
+                std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane);
+
+  // Graphs captured so far by a lane (0 without cuda_graphs).
+  std::size_t graphs_cached(std::size_t lane) const;
+
+ private:
+  struct lane_state;
+  struct layer {
+    conveyor::cuda::device_buffer<std::byte> w;  // out x in, row-major, at options_.prec
+    conveyor::cuda::device_buffer<float> b;
+  };
+
+  lane_state& lane_for(std::size_t lane, conveyor::cuda::stream_ref s);
+  void enqueue_forward(const float* in, float* out, std::size_t items, cudaStream_t s,
+                       lane_state& l);
+  void enqueue_classify(const std::uint8_t* pixels, std::uint32_t* labels, std::size_t items,
+                        cudaStream_t s, lane_state& l);
+  template <class Enqueue>
+  void run(lane_state& l, int call, std::size_t items, const void* in, const void* out,
+           cudaStream_t s, Enqueue&& enqueue);
+
+  mlp_options options_;
+  std::vector<layer> layers_;
+  std::vector<std::unique_ptr<lane_state>> lanes_;
+};
+
+}  // namespace conveyor_models

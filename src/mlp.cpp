@@ -1,0 +1,256 @@
+// The cuBLAS MLP (see conveyor_models/mlp.hpp). Plain C++ against the CUDA runtime and
+// cuBLAS; the kernels it launches live in kernels.cu.
+#include "conveyor_models/mlp.hpp"
+
+#include <algorithm>
+#include <compare>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <library_types.h>
+
+#include "conveyor/config.hpp"
+#include "conveyor/runtime/cuda/check.hpp"
+#include "conveyor/runtime/cuda/cublas.hpp"
+#include "conveyor_models/kernels.hpp"
+
+namespace conveyor_models {
+namespace {
+
+cudaDataType storage_type(precision p) noexcept {
+  switch (p) {
+    case precision::fp16: return CUDA_R_16F;
+    case precision::bf16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
+
+cublasComputeType_t compute_type(precision p) noexcept {
+  return p == precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+bool is16(precision p) noexcept { return storage_bytes(p) == 2; }
+
+// One captured graph: what was captured, and the pointers it baked in.
+struct graph_key {
+  int call;
+  std::size_t items;
+  const void* in;
+  const void* out;
+  auto operator<=>(const graph_key&) const = default;
+};
+
+}  // namespace
+
+struct mlp::lane_state {
+  explicit lane_state(const mlp_options& o)
+      : acc(o.max_items * o.shape.max_width(), "mlp accumulator"),
+        act0(o.max_items * o.shape.max_width() * storage_bytes(o.prec), "mlp activations"),
+        act1(o.max_items * o.shape.max_width() * storage_bytes(o.prec), "mlp activations"),
+        x(o.max_items * o.shape.input, "mlp normalized input"),
+        logits(o.max_items * o.shape.classes, "mlp logits") {}
+
+  ~lane_state() { drop_graphs(); }
+  lane_state(const lane_state&) = delete;
+  lane_state& operator=(const lane_state&) = delete;
+
+  void drop_graphs() noexcept {
+    for (auto& [key, exec] : graphs) CONVEYOR_CUDA_ASSERT(cudaGraphExecDestroy(exec));
+    graphs.clear();
+  }
+
+  conveyor::cuda::device_buffer<float> acc;      // a GEMM's float output
+  conveyor::cuda::device_buffer<std::byte> act0;  // activations at the storage precision
+  conveyor::cuda::device_buffer<std::byte> act1;
+  conveyor::cuda::device_buffer<float> x;        // classify: normalized input
+  conveyor::cuda::device_buffer<float> logits;   // classify: logits before argmax
+  std::map<graph_key, cudaGraphExec_t> graphs;
+  // Last: destroyed first, while the workspace and scratch it may use still exist.
+  std::optional<conveyor::cuda::cublas_handle> blas;
+};
+
+mlp::mlp(const mlp_options& o) : options_(o) {
+  validate(o.shape);
+  CONVEYOR_EXPECTS(o.lanes >= 1 && o.lanes <= 64, "mlp: lanes must be in [1, 64]");
+  CONVEYOR_EXPECTS(o.max_items >= 1 && o.max_items <= (std::size_t{1} << 20),
+                   "mlp: max_items must be in [1, 2^20]; set it to the largest batch");
+  CONVEYOR_EXPECTS(o.norm.stddev > 0.0f, "mlp: norm.stddev must be > 0");
+  CONVEYOR_EXPECTS(!o.cuda_graphs || o.workspace_bytes > 0,
+                   "mlp: cuda_graphs needs a cuBLAS workspace (workspace_bytes > 0) so that "
+                   "capturing cuBLAS calls allocates nothing");
+
+  // Upload through pinned staging on a stream of our own: no pageable copy, no legacy
+  // default stream.
+  const mlp_weights w = make_weights(o.shape, o.seed);
+  std::size_t most_w = 0, most_b = 0;
+  for (std::size_t l = 0; l < o.shape.layers; ++l) {
+    most_w = std::max(most_w, w.w[l].size() * storage_bytes(o.prec));
+    most_b = std::max(most_b, w.b[l].size());
+  }
+  conveyor::cuda::stream upload;
+  conveyor::cuda::pinned_buffer<std::byte> w_staging(most_w, "mlp weight staging");
+  conveyor::cuda::pinned_buffer<float> b_staging(most_b, "mlp bias staging");
+  for (std::size_t l = 0; l < o.shape.layers; ++l) {
+    layer ly{conveyor::cuda::device_buffer<std::byte>(w.w[l].size() * storage_bytes(o.prec), "mlp weights"),
+             conveyor::cuda::device_buffer<float>(w.b[l].size(), "mlp bias")};
+    std::byte* dst = w_staging.data();
+    if (is16(o.prec)) {
+      for (float v : w.w[l]) {
+        const std::uint16_t bits = o.prec == precision::fp16 ? to_fp16_bits(v) : to_bf16_bits(v);
+        std::memcpy(dst, &bits, sizeof bits);
+        dst += sizeof bits;
+      }
+    } else {
+      std::memcpy(dst, w.w[l].data(), w.w[l].size() * sizeof(float));
+    }
+    std::memcpy(b_staging.data(), w.b[l].data(), w.b[l].size() * sizeof(float));
+    copy_async(ly.w.span(), w_staging.span().subspan(0, ly.w.size()), upload);
+    copy_async(ly.b.span(), b_staging.span().subspan(0, ly.b.size()), upload);
+    upload.synchronize();  // the staging buffers are reused for the next layer
+    layers_.push_back(std::move(ly));
+  }
+  lanes_.reserve(o.lanes);
+  for (std::size_t l = 0; l < o.lanes; ++l) lanes_.push_back(std::make_unique<lane_state>(o));
+}
+
+mlp::~mlp() = default;
+
+void mlp::bind(std::size_t lane, conveyor::cuda::stream_ref s) {
+  CONVEYOR_EXPECTS(lane < lanes_.size(), "mlp: lane " + std::to_string(lane) +
+                                             " but the model was built for " +
+                                             std::to_string(lanes_.size()) +
+                                             " lanes; set mlp_options::lanes");
+  lane_state& l = *lanes_[lane];
+  if (l.blas && l.blas->bound_stream() == s) return;
+  l.drop_graphs();
+  l.blas.reset();
+  l.blas.emplace(s, options_.workspace_bytes);
+  // cuBLAS's default math mode; TF32 comes from the compute type, per call.
+  CONVEYOR_CUBLAS_TRY(cublasSetMathMode(l.blas->native(), CUBLAS_DEFAULT_MATH));
+}
+
+mlp::lane_state& mlp::lane_for(std::size_t lane, conveyor::cuda::stream_ref s) {
+  bind(lane, s);
+  return *lanes_[lane];
+}
+
+std::size_t mlp::graphs_cached(std::size_t lane) const {
+  CONVEYOR_EXPECTS(lane < lanes_.size(), "mlp::graphs_cached: no such lane");
+  return lanes_[lane]->graphs.size();
+}
+
+void mlp::enqueue_forward(const float* in, float* out, std::size_t items, cudaStream_t s,
+                          lane_state& l) {
+  const mlp_shape& sh = options_.shape;
+  const precision p = options_.prec;
+  const cudaDataType ab = storage_type(p);
+  const cublasComputeType_t ct = compute_type(p);
+  const float alpha = 1.0f, beta = 0.0f;
+  std::byte* act[2] = {l.act0.data(), l.act1.data()};
+  const void* x = in;
+  int next = 0;
+  if (is16(p)) {  // the first layer reads 16-bit storage too
+    kernels::to_storage16(in, reinterpret_cast<std::uint16_t*>(act[0]), items * sh.input, p, s);
+    x = act[0];
+    next = 1;
+  }
+  for (std::size_t i = 0; i < sh.layers; ++i) {
+    const int k = static_cast<int>(sh.in_features(i)), n = static_cast<int>(sh.out_features(i));
+    const int m = static_cast<int>(items);
+    // Row-major activations X (items x k) are column-major X^T (k x items); row-major
+    // W (n x k) is column-major W^T (k x n). acc^T (n x items) = W * X^T: op(A) = A^T.
+    CONVEYOR_CUBLAS_TRY(cublasGemmEx(l.blas->native(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
+                                     layers_[i].w.data(), ab, k, x, ab, k, &beta, l.acc.data(),
+                                     CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT));
+    const bool last = i + 1 == sh.layers;
+    if (last) {
+      kernels::bias_act(l.acc.data(), layers_[i].b.data(), items, sh.out_features(i), false, out,
+                        precision::fp32, s);
+    } else {
+      kernels::bias_act(l.acc.data(), layers_[i].b.data(), items, sh.out_features(i), true,
+                        act[next], p, s);
+      x = act[next];
+      next = 1 - next;
+    }
+  }
+}
+
+void mlp::enqueue_classify(const std::uint8_t* pixels, std::uint32_t* labels, std::size_t items,
+                           cudaStream_t s, lane_state& l) {
+  const mlp_shape& sh = options_.shape;
+  kernels::normalize(pixels, l.x.data(), items * sh.input, options_.norm, s);
+  enqueue_forward(l.x.data(), l.logits.data(), items, s, l);
+  kernels::argmax_rows(l.logits.data(), items, sh.classes, labels, s);
+}
+
+template <class Enqueue>
+void mlp::run(lane_state& l, int call, std::size_t items, const void* in, const void* out,
+              cudaStream_t s, Enqueue&& enqueue) {
+  if (items == 0) return;
+  if (!options_.cuda_graphs) {
+    enqueue();
+    return;
+  }
+  const graph_key key{call, items, in, out};
+  const auto it = l.graphs.find(key);
+  if (it != l.graphs.end()) {
+    CONVEYOR_CUDA_TRY(cudaGraphLaunch(it->second, s));
+    return;
+  }
+  // A new shape: run it eagerly (this batch's result; it also loads every kernel the
+  // work needs, so lazy module loading never happens inside a capture), then capture
+  // the same work for the next batches. Capturing executes nothing.
+  enqueue();
+  // Thread-local mode: only this thread's unsafe calls would break the capture; the
+  // pipeline's other threads keep querying and synchronizing events meanwhile.
+  CONVEYOR_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  cudaGraph_t graph = nullptr;
+  try {
+    enqueue();
+  } catch (...) {
+    CONVEYOR_CUDA_LOG(cudaStreamEndCapture(s, &graph));  // leave capture mode, then rethrow
+    if (graph != nullptr) CONVEYOR_CUDA_LOG(cudaGraphDestroy(graph));
+    throw;
+  }
+  CONVEYOR_CUDA_TRY(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0ULL);
+  CONVEYOR_CUDA_ASSERT(cudaGraphDestroy(graph));
+  CONVEYOR_CUDA_TRY(status);
+  l.graphs.emplace(key, exec);
+}
+
+void mlp::forward(device_span<const float> in, device_span<float> out, std::size_t items,
+                  conveyor::cuda::stream_ref s, std::size_t lane) {
+  const mlp_shape& sh = options_.shape;
+  CONVEYOR_EXPECTS(items <= options_.max_items,
+                   "mlp: a batch of " + std::to_string(items) + " items, above max_items " +
+                       std::to_string(options_.max_items) + "; raise mlp_options::max_items");
+  CONVEYOR_EXPECTS(in.size() >= items * sh.input && out.size() >= items * sh.classes,
+                   "mlp::forward: input or output span too small for " + std::to_string(items) +
+                       " items");
+  lane_state& l = lane_for(lane, s);
+  run(l, 0, items, in.data(), out.data(), s.native(),
+      [&] { enqueue_forward(in.data(), out.data(), items, s.native(), l); });
+}
+
+void mlp::classify(device_span<const std::uint8_t> pixels, device_span<std::uint32_t> labels,
+                   std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane) {
+  const mlp_shape& sh = options_.shape;
+  CONVEYOR_EXPECTS(items <= options_.max_items,
+                   "mlp: a batch of " + std::to_string(items) + " items, above max_items " +
+                       std::to_string(options_.max_items) + "; raise mlp_options::max_items");
+  CONVEYOR_EXPECTS(pixels.size() >= items * sh.input && labels.size() >= items,
+                   "mlp::classify: pixel or label span too small for " + std::to_string(items) +
+                       " items");
+  lane_state& l = lane_for(lane, s);
+  run(l, 1, items, pixels.data(), labels.data(), s.native(),
+      [&] { enqueue_classify(pixels.data(), labels.data(), items, s.native(), l); });
+}
+
+}  // namespace conveyor_models
