@@ -7,12 +7,15 @@
 //
 // Two questions, two families of names:
 //
-// <peer>/trivial[/workers:W | /tokens:T]  per-item overhead. 1<<20 items per iteration go
+// <peer>/trivial[/workers:W[/metrics:on|off] | /tokens:T]  per-item overhead. 1<<20 items per iteration go
 //     source (serial, in order) -> map x+1 (parallel) -> map x*2 (parallel) -> sink (serial,
 //     in order); the sink checks that item i arrives i-th with value 2(i+1), and the sum.
 //     conveyor: from_range | map.workers(W).ordered() | map.workers(W).ordered() | sink,
-//     W = 1 and 2. tbb: parallel_pipeline with filters serial_in_order -> parallel ->
-//     parallel -> serial_in_order and T = 4 * cores tokens. serial: one plain loop.
+//     W = 1 and 2, each with the pipeline's metrics on (the default: per-stage clocks,
+//     counters, latency histogram) and off (pipeline_options{.metrics = false}), so the
+//     cost of measuring is the ratio of the two in the same run. tbb: parallel_pipeline
+//     with filters serial_in_order -> parallel -> parallel -> serial_in_order and
+//     T = 4 * cores tokens. serial: one plain loop.
 //     Counter: items_per_second.
 //
 // <peer>/overlap/{sleep,spin}  overlap efficiency. 2000 items per iteration through three
@@ -138,16 +141,16 @@ constexpr auto trivial_expected = [](item i) noexcept { return twice(add_one(i))
 using trivial_check = in_order_check<std::remove_const_t<decltype(trivial_expected)>>;
 constexpr item trivial_sum = trivial_items * (trivial_items + 1);  // sum of 2(i+1), i < n
 
-void conveyor_trivial(benchmark::State& state) {
-  const auto workers = static_cast<std::size_t>(state.range(0));
+void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics) {
   const cpu_meter cpu;
   for (auto _ : state) {
     trivial_check check{trivial_expected};
     try {
       conveyor::pipeline p{conveyor::from_range(std::views::iota(item{0}, trivial_items)) |
-                           conveyor::map(add_one).workers(workers).ordered() |
-                           conveyor::map(twice).workers(workers).ordered() |
-                           conveyor::sink([&check](item x) { check(x); })};
+                               conveyor::map(add_one).workers(workers).ordered() |
+                               conveyor::map(twice).workers(workers).ordered() |
+                               conveyor::sink([&check](item x) { check(x); }),
+                           conveyor::pipeline_options{.metrics = metrics}};
       (void)p.run();
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
@@ -333,12 +336,16 @@ std::string load_average() {
 }
 
 void register_all() {
-  for (const std::int64_t w : {1, 2})
-    benchmark::RegisterBenchmark("conveyor/trivial", conveyor_trivial)
-        ->ArgName("workers")
-        ->Arg(w)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
+  // metrics:on (the default) and metrics:off side by side: what the per-stage clocks,
+  // counters and latency histogram cost per item, measured in the same run.
+  for (const std::size_t w : {1, 2})
+    for (const bool metrics : {true, false})
+      benchmark::RegisterBenchmark(("conveyor/trivial/workers:" + std::to_string(w) +
+                                    (metrics ? "/metrics:on" : "/metrics:off"))
+                                       .c_str(),
+                                   conveyor_trivial, w, metrics)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("tbb/trivial", tbb_trivial)
       ->ArgName("tokens")
       ->Arg(static_cast<std::int64_t>(tbb_tokens()))

@@ -11,7 +11,8 @@ set(_conveyor_metrics_tests
   report
   verdict
   progress
-  nvtx)
+  nvtx
+  pipeline)
 foreach(_t IN LISTS _conveyor_metrics_tests)
   if(NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/host/test_metrics_${_t}.cpp)
     continue()
@@ -19,6 +20,11 @@ foreach(_t IN LISTS _conveyor_metrics_tests)
   conveyor_host_test(test_metrics_${_t} host/test_metrics_${_t}.cpp)
   target_link_libraries(test_metrics_${_t} PRIVATE nlohmann_json::nlohmann_json)
 endforeach()
+
+# Planted bottlenecks on real host-runtime pipelines: one scenario per verdict case.
+if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/host/test_diagnosis.cpp)
+  conveyor_host_test(test_diagnosis host/test_diagnosis.cpp)
+endif()
 
 # The same NVTX test against conveyor::cuda: NVTX3 is header-only, so it builds and runs
 # without a GPU (no profiler attached: the calls are no-ops).

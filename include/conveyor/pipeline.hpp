@@ -17,15 +17,27 @@
 // names the stage and the item and nests the original exception — after every thread has
 // joined. Accounting always holds: produced == completed + failed + cancelled.
 // Memory is bounded: items in flight <= the ring capacities + what stages hold.
+// Diagnosis: run()/stop()/wait()/report() return a conveyor::report (per-stage table,
+// lanes, latency, the verdict naming the bottleneck). Options turn on a bounded trace
+// and a live progress line, or turn measuring off:
+//   conveyor::pipeline p{chain, {.trace_events = 16384, .progress = true}};
+//   p.run();  p.write_trace("run.trace.json");   // open in ui.perfetto.dev
+//
 // Thread-safety: one pipeline object is driven from one thread (run/start/stop/wait);
-// submit() may be called from any number of threads between start() and stop().
+// submit() may be called from any number of threads between start() and stop();
+// report(), counts(), trace_json() and write_trace() also while the stages run, from
+// any thread that does not race with start()/wait()/stop() (the progress line does so).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <optional>
+#include <ostream>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -35,7 +47,9 @@
 #include "conveyor/config.hpp"
 #include "conveyor/detail/thread_group.hpp"
 #include "conveyor/error.hpp"
+#include "conveyor/metrics/progress.hpp"
 #include "conveyor/metrics/report.hpp"
+#include "conveyor/metrics/trace_export.hpp"
 #include "conveyor/metrics/verdict.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/stage/batch.hpp"
@@ -55,6 +69,19 @@ enum class stop_mode {
 
 struct pipeline_options {
   std::size_t ring_capacity = 1024;  // every ring between two stages (power of two)
+  // Per-stage busy / starved / blocked time, ring occupancy, item latency and per-lane
+  // H2D / compute / D2H time: a few clock reads per item and stage. false: only item
+  // counts are kept (report() carries the counts and verdict_kind::unmeasured).
+  bool metrics = true;
+  // Events kept per trace track (one track per stage worker, three per lane), for
+  // trace_json() / write_trace(): 40 bytes each, the oldest overwritten. 0: no trace,
+  // and the cost is one branch per phase. Needs metrics.
+  std::size_t trace_events = 0;
+  // A live line on progress_out (default std::cerr) every progress_period (>= 250 ms):
+  // items done, items/s, GPU busy and the bottleneck of the last period. Needs metrics.
+  bool progress = false;
+  std::chrono::milliseconds progress_period{500};
+  std::ostream* progress_out = nullptr;
 };
 
 // produced == completed + failed + cancelled once the pipeline has stopped.
@@ -158,8 +185,16 @@ class pipeline<chain<Bound...>> {
   void start() {
     if (state_->started) throw closed_error("conveyor::pipeline: start() called twice");
     state_->started = true;
+    state_->start_ns = detail::now_ns();  // a placeholder should spawning throw
+    start_nodes(std::make_index_sequence<n_stages>{});  // the threads wait at the gate
     state_->start_ns = detail::now_ns();
-    start_nodes(std::make_index_sequence<n_stages>{});
+    state_->ctl.open_gate();
+    if (state_->options.progress) {
+      const state* st = state_.get();  // stable: the state is heap-allocated
+      state_->progress = std::make_unique<metrics::progress_line>(
+          [st] { return make_report(*st); }, state_->options.progress_period,
+          state_->options.progress_out != nullptr ? *state_->options.progress_out : std::cerr);
+    }
   }
 
   // Service mode: hands x to the pipeline; the future holds its result, or the error
@@ -183,7 +218,8 @@ class pipeline<chain<Bound...>> {
     // release (via the ring's push): the promise written above is visible to whichever
     // thread pops this envelope and fulfils it.
     if (!std::get<0>(st.rings)->push(
-            detail::envelope<input_type>{std::move(x), {seq, detail::now_ns(), *ticket}, {}})) {
+            detail::envelope<input_type>{
+                std::move(x), {seq, st.ctl.metrics_on ? detail::now_ns() : 0, *ticket}, {}})) {
       st.ctl.cancel(1);
       // Exactly one of this call and finish_threads() settles the promise: whichever
       // takes in_use from true to false (acq_rel: pairs with the exchange there, so the
@@ -222,16 +258,59 @@ class pipeline<chain<Bound...>> {
   // compute / D2H time, GPU busy fraction, latency percentiles, throughput, the item
   // accounting and the verdict naming the bottleneck. Callable while running (a
   // snapshot of the run so far) and after it (final). Not a hot path: it allocates.
-  conveyor::report report() const {
+  conveyor::report report() const { return make_report(*state_); }
+
+  // The trace as Chrome trace-event JSON (Perfetto, chrome://tracing): per stage worker
+  // a track of busy spans and input-ring occupancy counters; per lane a track of batch >
+  // H2D / compute / D2H spans in device time, and the lane's enqueue and completion
+  // threads. Callable during the run (the most recent events; see metrics/trace.hpp)
+  // and after it (exact). Not a hot path: it allocates.
+  // @throws conveyor::error when the pipeline was built without trace_events.
+  void write_trace(std::ostream& os) const {
     const state& st = *state_;
+    if (!st.ctl.trace)
+      throw error("conveyor::pipeline: no trace was recorded; construct the pipeline with "
+                  "pipeline_options{.trace_events = N} (e.g. 16384)");
+    metrics::write_chrome_trace(os, *st.ctl.trace);
+  }
+  // @throws conveyor::error when the file cannot be written, or as write_trace(ostream&).
+  void write_trace(const std::string& path) const {
+    std::ofstream f{path};
+    if (!f) throw error("conveyor::pipeline: cannot open '" + path + "' to write the trace");
+    write_trace(f);
+    f.flush();
+    if (!f) throw error("conveyor::pipeline: writing the trace to '" + path + "' failed");
+  }
+  std::string trace_json() const {
+    std::ostringstream o;
+    write_trace(o);
+    return o.str();
+  }
+  // True when the pipeline records a trace (pipeline_options::trace_events > 0).
+  bool tracing() const noexcept { return state_->ctl.trace != nullptr; }
+
+  // A snapshot: exact once the pipeline has stopped.
+  item_counts counts() const noexcept {
+    const auto& c = state_->ctl;
+    // relaxed: counters; after join they are exact, before it a recent snapshot.
+    return {c.produced.load(std::memory_order_relaxed), c.completed.load(std::memory_order_relaxed),
+            c.failed.load(std::memory_order_relaxed), c.cancelled.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  struct state;
+
+  // The report from the counters; see report(). Runs on the progress thread too.
+  static conveyor::report make_report(const state& st) {
     conveyor::report r;
     const std::int64_t end = st.joined ? st.end_ns : detail::now_ns();
     r.wall_s = st.started ? metrics::ns_to_s(end - st.start_ns) : 0.0;
-    const item_counts c = counts();
-    r.produced = c.produced;
-    r.completed = c.completed;
-    r.failed = c.failed;
-    r.cancelled = c.cancelled;
+    const auto& c = st.ctl;
+    // relaxed: counters; after join they are exact, before it a recent snapshot.
+    r.produced = c.produced.load(std::memory_order_relaxed);
+    r.completed = c.completed.load(std::memory_order_relaxed);
+    r.failed = c.failed.load(std::memory_order_relaxed);
+    r.cancelled = c.cancelled.load(std::memory_order_relaxed);
     r.runtime = "host";
     std::int64_t gpu_busy_ns = 0;
     for (const detail::stage_info& i : st.infos) {
@@ -246,20 +325,16 @@ class pipeline<chain<Bound...>> {
     r.gpu_busy_fraction = r.wall_s > 0 ? metrics::ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
     r.item_latency = metrics::make_latency_report(st.latency);
     metrics::complete_report(r);
+    if (!st.ctl.metrics_on) {
+      r.verdict = {verdict_kind::unmeasured, {},
+                   "the pipeline ran with pipeline_options::metrics = false: only item counts "
+                   "were kept",
+                   "turn metrics on (the default) to see busy / starved / blocked time per "
+                   "stage and the bottleneck"};
+    }
     return r;
   }
 
-  // A snapshot: exact once the pipeline has stopped.
-  item_counts counts() const noexcept {
-    const auto& c = state_->ctl;
-    // relaxed: counters; after join they are exact, before it a recent snapshot.
-    return {c.produced.load(std::memory_order_relaxed), c.completed.load(std::memory_order_relaxed),
-            c.failed.load(std::memory_order_relaxed), c.cancelled.load(std::memory_order_relaxed)};
-  }
-
-  // Per-stage identity and counters, in pipeline order (for the report).
-
- private:
   // One ring behind each stage that has output (a service's last stage included).
   template <std::size_t I>
   using ring_t = std::unique_ptr<detail::link<out_t<I>>>;
@@ -278,7 +353,6 @@ class pipeline<chain<Bound...>> {
     std::promise<result_type> promise;
     std::atomic<bool> in_use{false};
   };
-  struct state;
   struct result_deliver {
     state* st;
     void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
@@ -326,7 +400,8 @@ class pipeline<chain<Bound...>> {
 
   struct state {
     state(chain<Bound...>&& c, const pipeline_options& o)
-        : options(o),
+        : options((check_options(o), o)),
+          ctl(o.metrics, o.trace_events),
           rings(make_rings(o, std::make_index_sequence<n_rings>{})),
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})),
           free_tickets(service ? detail::next_power_of_two(ticket_count(c)) : 2),
@@ -347,6 +422,14 @@ class pipeline<chain<Bound...>> {
       detail::check_ring_capacity("pipeline ring", o.ring_capacity);
       return rings_t{std::make_unique<detail::link<out_t<I>>>(
           I == 0 && service ? input_capacity() : o.ring_capacity)...};
+    }
+    static void check_options(const pipeline_options& o) {
+      CONVEYOR_EXPECTS(!o.progress || o.metrics,
+                       "pipeline_options: progress needs metrics = true (the line shows "
+                       "measured rates and the bottleneck)");
+      CONVEYOR_EXPECTS(!o.progress || o.progress_period >= metrics::progress_line::min_period,
+                       "pipeline_options: progress_period must be >= 250 ms (at most 4 "
+                       "refreshes a second)");
     }
     static std::size_t input_capacity() { return 1024; }
     static std::size_t ticket_count(const chain<Bound...>&) { return 1024; }
@@ -379,6 +462,7 @@ class pipeline<chain<Bound...>> {
     std::unique_ptr<result_node_t> result;
     std::vector<detail::stage_info> infos;
     detail::thread_group threads;
+    std::unique_ptr<metrics::progress_line> progress;  // null: no progress line
     std::atomic<std::uint64_t> next_seq{0};
     std::atomic<bool> input_closed{false};
     bool started = false, joined = false;
@@ -410,6 +494,8 @@ class pipeline<chain<Bound...>> {
     state& st = *state_;
     if (st.joined) return;
     st.threads.join();
+    // Before joined/end_ns change: the progress thread reads them through make_report().
+    if (st.progress) st.progress->stop();
     st.joined = true;
     st.end_ns = detail::now_ns();
     after_join(std::make_index_sequence<n_stages>{});

@@ -139,11 +139,19 @@ TEST_CASE("gpu_stats: per-lane sums and the compute union across lanes") {
     REQUIRE(c.h2d_bytes == 4096 * batches);
     REQUIRE(c.d2h_bytes == 128 * batches);
   }
-  REQUIRE(gpu.compute_intervals_dropped() == 0);
+  // A writer that folds the queue can be preempted while the others keep adding; once
+  // the queue is full, intervals are dropped and counted rather than waited for. On a
+  // loaded machine free-running writers do get there (the pipeline records one interval
+  // per batch, far below that rate), so the bounds allow for the dropped ones: each can
+  // leave at most one k without a surviving interval.
+  const std::uint64_t dropped = gpu.compute_intervals_dropped();
+  CAPTURE(dropped);
+  REQUIRE(dropped <= lanes * batches);
   // Free-running threads may drift apart by more than the window; late arrivals can
   // only lower the union, so check the bounds, then exactness when in step.
   REQUIRE(gpu.compute_busy_ns() <= static_cast<std::int64_t>(500 * batches));
-  REQUIRE(gpu.compute_busy_ns() >= static_cast<std::int64_t>(300 * batches));
+  const std::uint64_t covered = dropped < batches ? batches - dropped : 0;
+  REQUIRE(gpu.compute_busy_ns() >= static_cast<std::int64_t>(300 * covered));
 
   m::gpu_stats in_step{lanes, 16};
   for (std::uint64_t k = 0; k < batches; ++k)

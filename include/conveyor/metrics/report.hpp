@@ -52,6 +52,7 @@ enum class verdict_kind {
   source_bound,        // the source (or the input it waits on) sets the pace
   sink_bound,          // the sink, or a postprocess stage after the GPU, is at capacity
   balanced,            // no single stage limits throughput
+  unmeasured,          // the pipeline ran with metrics off: nothing to diagnose from
 };
 
 inline std::string_view to_string(stage_kind k) noexcept {
@@ -77,6 +78,7 @@ inline std::string_view to_string(verdict_kind k) noexcept {
     case verdict_kind::source_bound: return "source_bound";
     case verdict_kind::sink_bound: return "sink_bound";
     case verdict_kind::balanced: return "balanced";
+    case verdict_kind::unmeasured: return "unmeasured";
   }
   return "?";
 }
@@ -89,7 +91,7 @@ struct stage_report {
   double busy_s = 0.0;      // summed over workers
   double starved_s = 0.0;   // waiting on the input ring
   double blocked_s = 0.0;   // waiting for room downstream (or for a free slot)
-  double occupancy_mean = 0.0;    // input ring, sampled per pop
+  double occupancy_mean = 0.0;    // input ring, sampled every 8th pop (worker_probe)
   std::size_t occupancy_max = 0;
   std::size_t ring_capacity = 0;  // of the input ring; 0: none (a source)
 };

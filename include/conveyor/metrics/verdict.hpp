@@ -12,9 +12,16 @@
 //
 // Quantities (fractions of a stage's capacity, wall_s x workers):
 //   busy_k, starved_k, blocked_k      from the stage_report
-//   device_g (GPU segment only)       max(lane streams' busy fraction, gpu_busy_fraction):
-//                                     how much of the time the lanes' streams (or the
-//                                     compute engine) had work
+//   device_g (GPU segment only)       max(lane streams' busy fraction, gpu_busy_fraction,
+//                                     slot_wait_g): how much of the time the lanes' streams
+//                                     (or the compute engine) had work, or the lanes'
+//                                     threads waited for the device to free a slot
+//   slot_wait_g                       max(busy_g + blocked_g, 1 - starved_g) when the stage
+//                                     before g is blocked and the stage after g starved
+//                                     (each >= input_starved: both wait on g, so the lane
+//                                     threads' waits are for the device), else 0. 1 - starved
+//                                     also counts the drain at the end of a run, after the
+//                                     lane threads have enqueued their last batch.
 //   load_k = busy_k, or max(busy_g, device_g) for the GPU segment
 //   boundary between k and k+1:       d_k = blocked_k - starved_{k+1}; > 0 means the
 //                                     upstream side waits for the downstream side
@@ -39,6 +46,8 @@
 //        a sink, or any stage after the last gpu stage    -> sink_bound (postprocess)
 //        anything else (map, batch, unbatch, or the GPU
 //        segment's host threads with the device not busy)  -> cpu_stage_bound
+//      With another stage at capacity too (load_o >= saturated), the advice says that
+//      relieving the named stage alone gains at most 1/load_o - 1.
 //   4. Nothing at capacity:
 //      a. under_batched: batches leave on timeout (>= timeout_share of them) at a mean
 //         size <= fill_low x max_size while the device is busy < gpu_idle. Items arrive
@@ -131,11 +140,28 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
     L[k].starved = starved_fraction(s, r.wall_s);
     L[k].blocked = blocked_fraction(s, r.wall_s);
     L[k].value = L[k].busy;
-    if (s.kind == stage_kind::gpu) {
-      L[k].device = device;
-      L[k].value = std::max(L[k].busy, device);
-      last_gpu = k;
-    }
+  }
+  // The GPU segment's host threads are blocked while they wait for a free slot (the
+  // device still works on earlier batches) or, through the completion side, for room
+  // downstream. When the waits point at the segment from both sides — the stage before
+  // it blocked >= input_starved (waiting for room in the segment's ring) and the stage
+  // after it starved >= input_starved (nothing downstream pushes back) — that wait is
+  // the device's: the lanes are at capacity even where their streams show gaps between
+  // batches (the turnaround from a batch's end to its slot's reuse, which more slots per
+  // lane hide). Without a stage before it, the segment must be starved at most half of
+  // (1 - saturated) instead. The lane threads' share not spent waiting for input is
+  // then the device's load (the drain after their last batch included).
+  std::vector<double> slot_wait(n, 0.0);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (r.stages[k].kind != stage_kind::gpu) continue;
+    const bool upstream_waits = k == 0 ? L[k].starved <= (1.0 - th.saturated) / 2
+                                       : L[k - 1].blocked >= th.input_starved;
+    const bool downstream_waits = k + 1 < n && L[k + 1].starved >= th.input_starved;
+    if (upstream_waits && downstream_waits)
+      slot_wait[k] = std::clamp(std::max(L[k].busy + L[k].blocked, 1.0 - L[k].starved), 0.0, 1.0);
+    L[k].device = std::max(device, slot_wait[k]);
+    L[k].value = std::max(L[k].busy, L[k].device);
+    last_gpu = k;
   }
   const auto score = [&](std::size_t k) {
     double sc = 0.0;
@@ -184,17 +210,27 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
     v.stage = gpu_k != n ? r.stages[gpu_k].name : std::string{};
     const std::string split = "H2D " + d::pct(fh) + ", compute " + d::pct(fc) + ", D2H " +
                               d::pct(fd) + " of lane time";
+    const double streams = lane_busy_fraction(r);
+    const bool slot_bound = gpu_k != n && slot_wait[gpu_k] >= th.saturated && streams < th.saturated;
     const std::string state = "the GPU segment is at capacity (lanes' streams busy " +
-                              d::pct(lane_busy_fraction(r)) + ", GPU computing " +
-                              d::pct(r.gpu_busy_fraction) + " of the wall time)";
+                              d::pct(streams) + ", GPU computing " +
+                              d::pct(r.gpu_busy_fraction) + " of the wall time" +
+                              (slot_bound ? ", lane threads waiting for a free slot or busy " +
+                                                d::pct(slot_wait[gpu_k])
+                                          : std::string{}) +
+                              ")";
     const std::string context = (gpu_k != n ? neighbours(gpu_k) : std::string{}) +
                                 (gpu_k != n ? also_saturated(gpu_k) : std::string{});
     const std::string overlap =
-        r.gpu_busy_fraction < th.saturated && r.lanes.size() > 0
-            ? " Kernels run only " + d::pct(r.gpu_busy_fraction) +
-                  " of the time while the lanes are saturated: more lanes would overlap "
-                  "copies with kernels."
-            : std::string{};
+        (r.gpu_busy_fraction < th.saturated && r.lanes.size() > 0
+             ? " Kernels run only " + d::pct(r.gpu_busy_fraction) +
+                   " of the time while the lanes are saturated: more lanes would overlap "
+                   "copies with kernels."
+             : std::string{}) +
+        (slot_bound ? " The streams idle " + d::pct(1.0 - streams) +
+                          " of the time between batches while the lanes wait for slots: more "
+                          "slots_per_lane keep the next batches queued on the stream."
+                    : std::string{});
     if (fc >= fh && fc >= fd) {
       v.kind = verdict_kind::compute_bound;
       v.summary = state + "; " + split + context;
@@ -295,6 +331,17 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
                      std::to_string(2 * s.workers) + ")), or move its work onto the GPU.";
       }
     }
+    // Another stage near capacity caps what relieving this one can give.
+    std::size_t next = n;
+    for (std::size_t k = 0; k < n; ++k)
+      if (k != best && L[k].value >= th.saturated && (next == n || L[k].value > L[next].value))
+        next = k;
+    if (next != n && L[next].value > 0.0)
+      v.advice += " " + d::quoted(r.stages[next].name) + " is near capacity too (" +
+                  d::pct(L[next].value) + "): relieving " + d::quoted(s.name) +
+                  " alone gains at most about " +
+                  d::pct(std::max(0.0, 1.0 / L[next].value - 1.0)) +
+                  "; scale both.";
     return v;
   }
 

@@ -86,7 +86,8 @@ class batch_node {
 
   batch_node(batch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
       : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
-        stats_((validate(stage_), 1)), batches_(stage_.max_size()) {}
+        stats_((validate(stage_), 1)), batches_(stage_.max_size()),
+        ring_name_("ring " + stage_.name()), track_(ctl_.make_track(stage_.name())) {}
 
   stage_info info() {
     stage_info i{stage_.name(), stage_kind::batch, in_->capacity(), &stats_};
@@ -102,18 +103,17 @@ class batch_node {
 
  private:
   void run() noexcept {
-    metrics::worker_stats& w = stats_.worker(0);
-    metrics::phase_clock clock{w};
+    ctl_.await_gate();
+    worker_probe probe{ctl_, stats_.worker(0), track_, stage_.name().c_str(), ring_name_.c_str()};
     const std::size_t max = stage_.max_size();
     const auto delay = stage_.max_delay();
     for (;;) {
-      auto first = in_->pop();
-      clock.starved();
+      auto first = probe.pop(*in_);
       if (!first || ctl_.is_stopping()) {
         if (first) ctl_.cancel(first->items());
         break;
       }
-      w.sample_occupancy(in_->size_approx());
+      probe.occupancy(*in_);
       envelope<out_type> b{{}, first->meta, {}};
       b.value.reserve(max);
       b.metas.reserve(max);
@@ -122,24 +122,31 @@ class batch_node {
                             (delay ? *delay : std::chrono::nanoseconds::zero());
       bool timed_out = false;
       while (b.value.size() < max) {
-        clock.busy();
+        probe.busy();
         auto next = delay ? in_->pop_until(deadline) : in_->pop();
-        clock.starved();
+        probe.starved();
         if (!next) {
           timed_out = delay.has_value() && !in_->closed();
           break;
         }
         add(b, std::move(*next));
+        // The ring may hand over an item after the deadline (its spin and yield phases
+        // do not look at the clock, and on a busy core they can outlast the gap between
+        // items): the batch still leaves now, or it would stay open for as long as items
+        // keep coming.
+        if (delay && b.value.size() < max && std::chrono::steady_clock::now() >= deadline) {
+          timed_out = true;
+          break;
+        }
       }
-      clock.busy();
+      probe.busy();
       const std::uint64_t n = b.items();
       batches_.record(b.value.size(), timed_out);
-      w.add_items(n);
-      if (ctl_.is_stopping() || !out_->push(std::move(b))) {
+      probe.items(n);
+      if (ctl_.is_stopping() || !probe.push(*out_, std::move(b))) {
         ctl_.cancel(n);
         break;
       }
-      clock.blocked();
     }
     out_->close();
   }
@@ -169,6 +176,8 @@ class batch_node {
   link<out_type>* out_;
   metrics::stage_stats stats_;
   metrics::batch_stats batches_;
+  std::string ring_name_;        // the trace counter of the input ring
+  metrics::trace_track* track_;  // nullptr: no trace
 };
 
 template <class In>
@@ -177,7 +186,8 @@ class unbatch_node {
   using out_type = typename In::value_type;
 
   unbatch_node(unbatch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), stats_(1) {}
+      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), stats_(1),
+        ring_name_("ring " + stage_.name()), track_(ctl_.make_track(stage_.name())) {}
 
   stage_info info() { return {stage_.name(), stage_kind::unbatch, in_->capacity(), &stats_}; }
 
@@ -187,13 +197,12 @@ class unbatch_node {
 
  private:
   void run() noexcept {
-    metrics::worker_stats& w = stats_.worker(0);
-    metrics::phase_clock clock{w};
+    ctl_.await_gate();
+    worker_probe probe{ctl_, stats_.worker(0), track_, stage_.name().c_str(), ring_name_.c_str()};
     for (;;) {
-      auto b = in_->pop();
-      clock.starved();
+      auto b = probe.pop(*in_);
       if (!b) break;
-      w.sample_occupancy(in_->size_approx());
+      probe.occupancy(*in_);
       const std::size_t n = b->value.size();
       if (ctl_.is_stopping()) {
         ctl_.cancel(b->items());
@@ -211,12 +220,13 @@ class unbatch_node {
         }
         break;
       }
+      probe.busy();
       std::size_t i = 0;
       for (; i < n; ++i) {
-        w.add_items(1);
+        probe.items(1);
         if (!out_->push(envelope<out_type>{std::move(b->value[i]), b->metas[i], {}})) break;
       }
-      clock.blocked();
+      probe.blocked();  // the pushes: splitting costs nothing next to waiting for room
       if (i < n) {
         ctl_.cancel(n - i);
         break;
@@ -230,6 +240,8 @@ class unbatch_node {
   link<In>* in_;
   link<out_type>* out_;
   metrics::stage_stats stats_;
+  std::string ring_name_;        // the trace counter of the input ring
+  metrics::trace_track* track_;  // nullptr: no trace
 };
 
 }  // namespace detail

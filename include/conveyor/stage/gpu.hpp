@@ -39,6 +39,7 @@
 #include "conveyor/config.hpp"
 #include "conveyor/detail/thread_group.hpp"
 #include "conveyor/metrics/lane_stats.hpp"
+#include "conveyor/metrics/nvtx.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 #include "conveyor/runtime/concepts.hpp"
 #include "conveyor/runtime/event_timing.hpp"
@@ -140,8 +141,16 @@ class gpu_node {
                  out, ctl) {
     const gpu_options& o = stage_.options();
     lanes_.reserve(o.lanes);
-    for (std::size_t l = 0; l < o.lanes; ++l)
+    ring_name_ = "ring " + o.name;
+    for (std::size_t l = 0; l < o.lanes; ++l) {
       lanes_.push_back(std::make_unique<lane>(stage_.make_stream(l), o));
+      // Per lane, three tracks: the stream (batch > H2D, compute, D2H, in device time),
+      // the enqueue thread (stage-in, enqueue) and the completion thread (stage-out).
+      const std::string lane_name = o.name + " lane " + std::to_string(l);
+      lanes_.back()->device_track = ctl_.make_track(lane_name);
+      lanes_.back()->enqueue_track = ctl_.make_track(lane_name + " enqueue");
+      lanes_.back()->complete_track = ctl_.make_track(lane_name + " complete");
+    }
     ctl_.on_stop([this] {
       for (auto& l : lanes_) {
         l->pool.close();
@@ -202,6 +211,9 @@ class gpu_node {
     std::vector<events> timing;
     typename R::event reference{event_timing::enabled};  // elapsed times count from here
     std::int64_t reference_ns = 0;                        // ... which was now_ns() then
+    metrics::trace_track* device_track = nullptr;         // nullptr: no trace
+    metrics::trace_track* enqueue_track = nullptr;
+    metrics::trace_track* complete_track = nullptr;
     // Last member, so destroyed first: the stream finishes its queued copies before the
     // slot memory they write goes away.
     typename R::stream stream;
@@ -232,16 +244,15 @@ class gpu_node {
   }
 
   void enqueue_loop(std::size_t index) noexcept {
+    ctl_.await_gate();
     lane& l = *lanes_[index];
-    metrics::worker_stats& w = stats_.worker(index);
-    metrics::phase_clock clock{w};
+    worker_probe probe{ctl_, stats_.worker(index), l.enqueue_track, "enqueue", ring_name_.c_str()};
     auto stream = l.stream.ref();
     for (;;) {
       std::size_t pos = 0;
-      auto b = in_->pop(&pos);
-      clock.starved();
+      auto b = probe.pop(*in_, &pos);
       if (!b) break;
-      w.sample_occupancy(in_->size_approx());
+      probe.occupancy(*in_);
       const std::uint64_t items = b->items();
       if (ctl_.is_stopping() || !reorder_.admit(pos)) {
         ctl_.cancel(items);
@@ -251,50 +262,70 @@ class gpu_node {
       try {
         s = l.pool.acquire();  // waits until the slot's last stream use completed
       } catch (...) {          // that wait rethrows a failure of the lane's stream
-        clock.blocked();
+        probe.blocked();
         ctl_.fail_current(stage_.options().name, b->meta.seq, items);
         break;
       }
-      clock.blocked();
+      probe.blocked();
       if (!s) {
         ctl_.cancel(items);
         break;
       }
       in_flight f{std::move(*b), s, pos, 0, 0};
       try {
-        f.in_count = stage_.stage_in()(f.batch.value, s->pinned_in);
+        {
+          metrics::nvtx_range range{"stage-in"};
+          f.in_count = stage_.stage_in()(f.batch.value, s->pinned_in);
+        }
+        probe.busy("stage-in");
         check_count("stage-in wrote", f.in_count, s->pinned_in.size());
+        // NVTX ranges around the enqueue calls: Nsight Systems projects them onto the
+        // stream work they launched, so the GPU rows carry the trace's phase names.
         auto& ev = l.timing[s->index].e;
-        ev[0].record(stream);
-        copy_async(s->device_in.subspan(0, f.in_count), s->pinned_in.subspan(0, f.in_count), stream);
-        ev[1].record(stream);
+        {
+          metrics::nvtx_range range{"H2D"};
+          ev[0].record(stream);
+          copy_async(s->device_in.subspan(0, f.in_count), s->pinned_in.subspan(0, f.in_count),
+                     stream);
+          ev[1].record(stream);
+        }
         lane_batch<R, InElem, OutElem> lb{stream, index, items,
                                           s->device_in.subspan(0, f.in_count), s->device_out};
-        f.out_count = stage_.compute()(lb);
+        {
+          metrics::nvtx_range range{"compute"};
+          f.out_count = stage_.compute()(lb);
+        }
         check_count("compute returned", f.out_count, s->device_out.size());
-        ev[2].record(stream);
-        copy_async(s->pinned_out.subspan(0, f.out_count), s->device_out.subspan(0, f.out_count),
-                   stream);
-        ev[3].record(stream);
+        {
+          metrics::nvtx_range range{"D2H"};
+          ev[2].record(stream);
+          copy_async(s->pinned_out.subspan(0, f.out_count), s->device_out.subspan(0, f.out_count),
+                     stream);
+          ev[3].record(stream);
+        }
       } catch (...) {
-        clock.busy();
+        probe.busy();
         release_after_stream(l, s);  // copies already enqueued may still use the slot
         ctl_.fail_current(stage_.options().name, f.batch.meta.seq, items);
         break;
       }
-      clock.busy();
-      w.add_items(items);
+      probe.busy();
+      probe.items(items);
       if (!l.done.push(std::move(f))) {  // closed: stopping
         ctl_.cancel(items);
         break;
       }
-      clock.blocked();
+      probe.blocked();
     }
     l.done.close();
   }
 
   void complete_loop(std::size_t index) noexcept {
+    ctl_.await_gate();
     lane& l = *lanes_[index];
+    const bool measure = ctl_.metrics_on;
+    metrics::trace_track* const device_track = measure ? l.device_track : nullptr;
+    metrics::trace_track* const complete_track = measure ? l.complete_track : nullptr;
     while (auto f = l.done.pop()) {
       const std::uint64_t items = f->batch.items();
       if (ctl_.is_stopping()) {
@@ -306,20 +337,34 @@ class gpu_node {
       std::optional<envelope<out_type>> out;
       try {
         ev[3].synchronize();  // the batch's last stream work; rethrows a stream failure
-        metrics::batch_timing t;
-        t.items = items;
-        t.h2d = {to_ns(l, ev[0]), to_ns(l, ev[1])};
-        t.compute = {t.h2d.end_ns, to_ns(l, ev[2])};
-        t.d2h = {t.compute.end_ns, to_ns(l, ev[3])};
-        t.h2d_bytes = f->in_count * sizeof(InElem);
-        t.d2h_bytes = f->out_count * sizeof(OutElem);
-        gpu_.record_batch(index, t);
+        if (measure) {
+          metrics::batch_timing t;
+          t.items = items;
+          t.h2d = {to_ns(l, ev[0]), to_ns(l, ev[1])};
+          t.compute = {t.h2d.end_ns, to_ns(l, ev[2])};
+          t.d2h = {t.compute.end_ns, to_ns(l, ev[3])};
+          t.h2d_bytes = f->in_count * sizeof(InElem);
+          t.d2h_bytes = f->out_count * sizeof(OutElem);
+          gpu_.record_batch(index, t);
+          if (device_track != nullptr) {
+            // Parent first: the batch spans its three phases, which follow each other.
+            device_track->span("batch", t.h2d.start_ns, t.d2h.end_ns);
+            device_track->span("H2D", t.h2d);
+            device_track->span("compute", t.compute);
+            device_track->span("D2H", t.d2h);
+          }
+        }
         const item_meta meta = f->batch.meta;
         std::vector<item_meta> metas = std::move(f->batch.metas);
-        out.emplace(envelope<out_type>{
-            stage_.stage_out()(std::move(f->batch.value),
-                               typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
-            meta, std::move(metas)});
+        const std::int64_t out_start = complete_track != nullptr ? now_ns() : 0;
+        {
+          metrics::nvtx_range range{"stage-out"};
+          out.emplace(envelope<out_type>{
+              stage_.stage_out()(std::move(f->batch.value),
+                                 typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
+              meta, std::move(metas)});
+        }
+        if (complete_track != nullptr) complete_track->span("stage-out", out_start, now_ns());
       } catch (...) {
         release_after_stream(l, f->slot);  // a failed stream may not have reached the end
         ctl_.fail_current(stage_.options().name, f->batch.meta.seq, items);
@@ -356,6 +401,7 @@ class gpu_node {
   link<In>* in_;
   metrics::stage_stats stats_;  // one "worker" per lane: its enqueue thread
   metrics::gpu_stats gpu_;
+  std::string ring_name_;  // the trace counter of the input ring
   reorder_buffer<out_type> reorder_;
   std::vector<std::unique_ptr<lane>> lanes_;
   std::atomic<std::size_t> live_{0};

@@ -25,6 +25,7 @@
 
 #include "conveyor/config.hpp"
 #include "conveyor/detail/thread_group.hpp"
+#include "conveyor/metrics/nvtx.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/stage/detail/context.hpp"
@@ -190,7 +191,10 @@ class map_node {
 
   map_node(map_stage<F> stage, control& ctl, link<In>* in, link<out_type>* out)
       : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
-        stats_((check_workers(stage_.name(), stage_.workers()), stage_.workers())) {
+        stats_((check_workers(stage_.name(), stage_.workers()), stage_.workers())),
+        ring_name_("ring " + stage_.name()) {
+    for (std::size_t w = 0; w < stage_.workers(); ++w)
+      tracks_.push_back(ctl_.make_track(worker_track_name(stage_.name(), w, stage_.workers())));
     if (stage_.is_ordered()) {
       reorder_.emplace(next_power_of_two(4 * stage_.workers() + 60), out_, ctl_);
       ctl_.on_stop([this] { reorder_->wake(); });
@@ -211,41 +215,42 @@ class map_node {
 
  private:
   void run(std::size_t w) noexcept {
-    metrics::worker_stats& stats = stats_.worker(w);
-    metrics::phase_clock clock{stats};
+    ctl_.await_gate();
+    worker_probe probe{ctl_, stats_.worker(w), tracks_[w], stage_.name().c_str(),
+                       ring_name_.c_str()};
     const bool ordered = reorder_.has_value();
     for (;;) {
       std::size_t pos = 0;
-      auto in = ordered ? in_->pop(&pos) : in_->pop();
-      clock.starved();
+      auto in = probe.pop(*in_, ordered ? &pos : nullptr);
       if (!in) break;
-      stats.sample_occupancy(in_->size_approx());
+      probe.occupancy(*in_);
       if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos))) {
         ctl_.cancel(in->items());
         break;
       }
-      clock.starved();  // waiting for the reorder window counts as waiting for input
+      if (ordered) probe.starved();  // waiting for the reorder window counts as waiting for input
       std::optional<envelope<out_type>> out;
       try {
+        metrics::nvtx_range range{probe.span_name()};
         out.emplace(envelope<out_type>{stage_.function()(std::move(in->value)), in->meta,
                                        std::move(in->metas)});
       } catch (...) {
-        clock.busy();
+        probe.busy();
         ctl_.fail_current(stage_.name(), in->meta.seq, in->items());
         break;
       }
-      clock.busy();
-      stats.add_items(out->items());
+      probe.busy();
+      probe.items(out->items());
       if (ordered) {
         reorder_->deposit(pos, std::move(*out));
+        probe.blocked();  // depositing may emit downstream and wait for room there
       } else {
         const std::uint64_t n = out->items();
-        if (!out_->push(std::move(*out))) {
+        if (!probe.push(*out_, std::move(*out))) {
           ctl_.cancel(n);
           break;
         }
       }
-      clock.blocked();
     }
     // acq_rel: the last worker out closes the ring behind the stage, after every
     // worker's pushes (release by each, acquire by the last).
@@ -257,6 +262,8 @@ class map_node {
   link<In>* in_;
   link<out_type>* out_;
   metrics::stage_stats stats_;
+  std::string ring_name_;                      // the trace counter of the input ring
+  std::vector<metrics::trace_track*> tracks_;  // one per worker; nullptr: no trace
   std::optional<reorder_buffer<out_type>> reorder_;
   std::atomic<std::size_t> live_{0};
 };

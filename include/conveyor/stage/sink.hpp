@@ -17,6 +17,7 @@
 
 #include "conveyor/config.hpp"
 #include "conveyor/detail/thread_group.hpp"
+#include "conveyor/metrics/nvtx.hpp"
 #include "conveyor/stage/detail/context.hpp"
 #include "conveyor/stage/map.hpp"
 
@@ -62,7 +63,11 @@ class terminal_node {
   terminal_node(std::string name, std::size_t workers, Deliver deliver, control& ctl,
                 link<In>* in, latency_recorder* latency)
       : name_(std::move(name)), deliver_(std::move(deliver)), ctl_(ctl), in_(in),
-        latency_(latency), stats_((check_workers(name_, workers), workers)) {}
+        latency_(latency), stats_((check_workers(name_, workers), workers)),
+        ring_name_("ring " + name_) {
+    for (std::size_t w = 0; w < workers; ++w)
+      tracks_.push_back(ctl_.make_track(worker_track_name(name_, w, workers)));
+  }
 
   stage_info info() { return {name_, stage_kind::sink, in_->capacity(), &stats_}; }
   Deliver& deliver() noexcept { return deliver_; }
@@ -73,13 +78,12 @@ class terminal_node {
 
  private:
   void run(std::size_t w) noexcept {
-    metrics::worker_stats& stats = stats_.worker(w);
-    metrics::phase_clock clock{stats};
+    ctl_.await_gate();
+    worker_probe probe{ctl_, stats_.worker(w), tracks_[w], name_.c_str(), ring_name_.c_str()};
     for (;;) {
-      auto in = in_->pop();
-      clock.starved();
+      auto in = probe.pop(*in_);
       if (!in) break;
-      stats.sample_occupancy(in_->size_approx());
+      probe.occupancy(*in_);
       const std::uint64_t n = in->items();
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
@@ -88,19 +92,20 @@ class terminal_node {
       const item_meta meta = in->meta;
       std::vector<item_meta> metas = std::move(in->metas);
       try {
+        metrics::nvtx_range range{probe.span_name()};
         deliver_(std::move(*in));
       } catch (...) {
-        clock.busy();
+        probe.busy();
         ctl_.fail_current(name_, meta.seq, n);
         break;
       }
-      clock.busy();
-      const std::int64_t t = now_ns();
-      if (latency_) {
+      probe.busy();
+      if (latency_ && probe.on()) {
+        const std::int64_t t = probe.mark_ns();  // the end of deliver(), just read
         if (metas.empty()) latency_->record(t - meta.t0_ns);
         for (const item_meta& m : metas) latency_->record(t - m.t0_ns);
       }
-      stats.add_items(n);
+      probe.items(n);
       ctl_.completed.fetch_add(n, std::memory_order_relaxed);  // relaxed: read after join
     }
   }
@@ -111,6 +116,8 @@ class terminal_node {
   link<In>* in_;
   latency_recorder* latency_;
   metrics::stage_stats stats_;
+  std::string ring_name_;                      // the trace counter of the input ring
+  std::vector<metrics::trace_track*> tracks_;  // one per worker; nullptr: no trace
 };
 
 template <class F, class In>

@@ -21,6 +21,7 @@
 
 #include "conveyor/config.hpp"
 #include "conveyor/detail/thread_group.hpp"
+#include "conveyor/metrics/nvtx.hpp"
 #include "conveyor/stage/detail/context.hpp"
 
 namespace conveyor {
@@ -104,7 +105,8 @@ class source_node {
   using out_type = typename source_stage<F>::out_type;
 
   source_node(source_stage<F> stage, control& ctl, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), out_(out), stats_(1) {}
+      : stage_(std::move(stage)), ctl_(ctl), out_(out), stats_(1),
+        track_(ctl_.make_track(stage_.name())) {}
 
   stage_info info() { return {stage_.name(), stage_kind::source, 0, &stats_}; }
 
@@ -114,30 +116,31 @@ class source_node {
 
  private:
   void run() noexcept {
-    metrics::worker_stats& w = stats_.worker(0);
-    metrics::phase_clock clock{w};
+    ctl_.await_gate();
+    worker_probe probe{ctl_, stats_.worker(0), track_, stage_.name().c_str(), nullptr};
     std::uint64_t seq = 0;
     // acquire: pairs with the release store in pipeline::stop(drain).
     while (!ctl_.is_stopping() && !ctl_.stop_source.load(std::memory_order_acquire)) {
-      clock.starved();  // time between items spent outside the user function
+      // The time between items outside the user function (a push that did not wait) is
+      // charged as busy with the next call.
       std::optional<out_type> v;
       try {
+        metrics::nvtx_range range{probe.span_name()};
         v = stage_.function()();
       } catch (...) {
-        clock.busy();
+        probe.busy();
         ctl_.fail_current(stage_.name(), seq, 0);  // no item was produced
         break;
       }
-      clock.busy();
+      probe.busy();
       if (!v) break;
       ctl_.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
-      w.add_items(1);
-      const item_meta meta{seq++, now_ns(), no_ticket};
-      if (!out_->push(envelope<out_type>{std::move(*v), meta, {}})) {
+      probe.items(1);
+      const item_meta meta{seq++, probe.mark_ns(), no_ticket};  // entered: end of the call
+      if (!probe.push(*out_, envelope<out_type>{std::move(*v), meta, {}})) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
         break;
       }
-      clock.blocked();
     }
     out_->close();
   }
@@ -146,6 +149,7 @@ class source_node {
   control& ctl_;
   link<out_type>* out_;
   metrics::stage_stats stats_;
+  metrics::trace_track* track_;  // nullptr: no trace
 };
 
 }  // namespace detail

@@ -1,6 +1,16 @@
 // conveyor/stage/detail/context.hpp: what every running stage shares: the envelope that
-// carries an item between stages, the link (ring) type, and the control block that
-// turns the first failure anywhere into a stop everywhere.
+// carries an item between stages, the link (ring) type, the control block that turns
+// the first failure anywhere into a stop everywhere, and the per-worker probe through
+// which a stage's thread feeds its counters, its trace track and NVTX.
+//
+//   detail::control ctl{/*metrics=*/true, /*trace_events=*/4096};   // one per pipeline
+//   detail::worker_probe probe{ctl, stats.worker(w), track, "decode", "ring decode"};
+//   auto x = probe.pop(in);      probe.occupancy(in);   // starved only if it waited
+//   { metrics::nvtx_range r{probe.span_name()}; y = f(*x); }   probe.busy();
+//   probe.push(out, std::move(y));                      // blocked only if it waited
+//
+// Thread-safety: control's atomics from any thread; on_stop() and make_track() during
+// setup only (before any stage thread runs). A worker_probe belongs to one thread.
 #pragma once
 
 #include <atomic>
@@ -8,7 +18,9 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "conveyor/config.hpp"
@@ -19,6 +31,7 @@
 #include "conveyor/metrics/histogram.hpp"
 #include "conveyor/metrics/lane_stats.hpp"
 #include "conveyor/metrics/stage_stats.hpp"
+#include "conveyor/metrics/trace.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 
 namespace conveyor::detail {
@@ -71,6 +84,21 @@ struct stage_info {
 // Shared by every stage of one pipeline run.
 class control {
  public:
+  // metrics: stages read the clock and keep busy / starved / blocked time, occupancy,
+  // latency and lane timings (false: only item counts). trace_events: events kept per
+  // trace track; 0 = no trace (needs metrics). @throws config_error on a bad combination.
+  explicit control(bool measure = true, std::size_t trace_events = 0)
+      : metrics_on(measure),
+        trace(trace_events == 0 ? nullptr : make_trace(measure, trace_events)) {}
+
+  const bool metrics_on;
+  const std::unique_ptr<metrics::trace_buffer> trace;  // null: tracing off
+
+  // Setup only: a new trace track, or nullptr when tracing is off.
+  metrics::trace_track* make_track(std::string name) {
+    return trace ? &trace->add_track(std::move(name)) : nullptr;
+  }
+
   std::atomic<bool> stopping{false};     // cancel or failure: stop taking new work
   std::atomic<bool> stop_source{false};  // drain: the source ends as if its input did
   first_error error;
@@ -88,7 +116,20 @@ class control {
     // also see the failure recorded before it.
     if (stopping.exchange(true, std::memory_order_acq_rel)) return;
     for (auto& close : closers_) close();
+    open_gate();  // a start() that failed half-way left threads at the gate
   }
+
+  // The start gate: every stage thread waits here until the pipeline has spawned all of
+  // them, so the run's wall clock and every worker's phase clock start together, after
+  // the spawning (milliseconds per thread under sanitizers) rather than during it.
+  void open_gate() noexcept {
+    // release: pairs with the acquire in await_gate(); what start() wrote before opening
+    // (the run's start time) is visible to the stage threads.
+    gate_.store(true, std::memory_order_release);
+    gate_.notify_all();
+  }
+  // @note blocks the calling stage thread until open_gate().
+  void await_gate() const noexcept { gate_.wait(false, std::memory_order_acquire); }
   bool is_stopping() const noexcept { return stopping.load(std::memory_order_acquire); }
 
   // Call from inside a catch block: records the exception being handled, wrapped in a
@@ -109,6 +150,13 @@ class control {
   }
 
  private:
+  static std::unique_ptr<metrics::trace_buffer> make_trace(bool measure, std::size_t events) {
+    CONVEYOR_EXPECTS(measure, "pipeline_options: trace_events needs metrics = true (the trace "
+                              "is drawn from the same clock reads); set trace_events = 0 or "
+                              "turn metrics on");
+    return std::make_unique<metrics::trace_buffer>(events);
+  }
+
   static std::string describe(std::exception_ptr e) {
     try {
       std::rethrow_exception(e);
@@ -120,6 +168,93 @@ class control {
   }
 
   std::vector<std::function<void()>> closers_;
+  std::atomic<bool> gate_{false};
+};
+
+// The track name of worker w of a stage with `workers` workers: "decode", or "decode #2".
+inline std::string worker_track_name(const std::string& stage, std::size_t w, std::size_t workers) {
+  return workers == 1 ? stage : stage + " #" + std::to_string(w + 1);
+}
+
+// One worker thread's instrumentation. Charges the time between marks to its counters
+// (metrics::phase_clock), draws each busy phase as a span and each occupancy sample as a
+// counter on its trace track, when there is one. With metrics off every call is one
+// predictable branch: no clock read, no counter write (item counts are still kept).
+// The names must outlive the pipeline's trace (the node owns them).
+class worker_probe {
+ public:
+  worker_probe(const control& ctl, metrics::worker_stats& w, metrics::trace_track* track,
+               const char* span_name, const char* counter_name) noexcept
+      : on_(ctl.metrics_on), w_(&w), clock_(w), track_(on_ ? track : nullptr),
+        span_(span_name), counter_(counter_name) {}
+
+  // Pops from the input ring (with its position when pos is given). Only a pop that had
+  // to wait reads the clock and charges starved time; one that found an item ready is
+  // charged with the phase after it (the work), which saves two of the three clock
+  // reads per item of a stage that keeps up. nullopt: closed and drained.
+  template <class Ring>
+  auto pop(Ring& in, std::size_t* pos = nullptr) {
+    auto v = in.try_pop(pos);
+    if (!v) {
+      v = in.pop(pos);
+      starved();
+    }
+    return v;
+  }
+  // Pushes to the output ring; only a push that had to wait charges blocked time.
+  // false: the ring was closed (the pipeline is stopping).
+  template <class Ring, class T>
+    requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
+  bool push(Ring& out, T&& v) {
+    if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
+    const bool ok = out.push(std::move(v));
+    blocked();
+    return ok;
+  }
+
+  void starved() noexcept {
+    if (on_) clock_.starved();
+  }
+  void blocked() noexcept {
+    if (on_) clock_.blocked();
+  }
+  // Charges busy time since the last mark and draws it as a span named `name`.
+  void busy(const char* name) noexcept {
+    if (!on_) return;
+    const metrics::phase p = clock_.busy();
+    if (track_ != nullptr) track_->span(name, p);
+  }
+  void busy() noexcept { busy(span_); }
+  // Samples the input ring's occupancy on every occupancy_period-th pop (the first
+  // included). Reading the ring's size loads both of its indices, whose cache lines the
+  // producer and the consumer keep writing: on every pop that costs more than the rest
+  // of the probe together.
+  template <class Ring>
+  void occupancy(const Ring& ring) noexcept {
+    if (!on_ || (pops_++ % occupancy_period) != 0) return;
+    const std::size_t n = ring.size_approx();
+    w_->sample_occupancy(n);
+    if (track_ != nullptr && counter_ != nullptr)
+      track_->counter(counter_, static_cast<double>(n), clock_.mark_ns());
+  }
+  static constexpr std::uint32_t occupancy_period = 8;
+  void items(std::uint64_t n) noexcept { w_->add_items(n); }
+
+  // The clock reading of the last mark (0 with metrics off): saves a read where the
+  // end of the last phase is the time wanted.
+  std::int64_t mark_ns() const noexcept { return on_ ? clock_.mark_ns() : 0; }
+  bool on() const noexcept { return on_; }
+  metrics::trace_track* track() const noexcept { return track_; }
+  const char* span_name() const noexcept { return span_; }
+
+ private:
+  bool on_;
+  metrics::worker_stats* w_;
+  metrics::phase_clock clock_;
+  metrics::trace_track* track_;
+  const char* span_;
+  const char* counter_;
+  std::uint32_t pops_ = 0;
 };
 
 }  // namespace conveyor::detail

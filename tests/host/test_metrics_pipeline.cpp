@@ -1,0 +1,301 @@
+// The metrics wired into a running pipeline (host runtime, with a GPU segment): the
+// trace exports as Chrome JSON with one track per stage worker and three per lane,
+// well-nested spans and ring-occupancy counters, stays within its bound over a long run
+// and can be exported while the stages run; the progress line refreshes and ends its
+// line when the pipeline stops; metrics off keeps the accounting and says it measured
+// nothing.
+#include "conveyor/pipeline.hpp"
+#include "conveyor/runtime/host/runtime.hpp"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <streambuf>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+using namespace conveyor;
+namespace t = conveyor::test;
+using nlohmann::json;
+using R = host::runtime;
+
+namespace {
+
+using batch_t = std::vector<std::uint64_t>;
+
+// A GPU segment whose kernel adds one to each item on the lane's stream.
+auto plus_one_segment(std::size_t lanes, std::size_t max_batch) {
+  return gpu<R, std::uint64_t, std::uint64_t>(
+      {.lanes = lanes, .slots_per_lane = 2, .in_elems = max_batch, .out_elems = max_batch},
+      [](batch_t& b, R::pinned_span<std::uint64_t> dst) {
+        for (std::size_t i = 0; i < b.size(); ++i) dst[i] = b[i];
+        return b.size();
+      },
+      [](lane_batch<R, std::uint64_t, std::uint64_t>& l) {
+        l.stream.enqueue([in = l.in, out = l.out, n = l.items] {
+          for (std::size_t i = 0; i < n; ++i) out.unsafe_host()[i] = in.unsafe_host()[i] + 1;
+        });
+        return l.items;
+      },
+      [](batch_t&& b, R::pinned_span<const std::uint64_t> r) {
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = r[i];
+        return std::move(b);
+      });
+}
+
+std::int64_t us_to_ns(const json& v) { return std::llround(v.get<double>() * 1000.0); }
+
+struct track_events {
+  std::string name;
+  std::size_t spans = 0, counters = 0;
+  std::set<std::string> span_names, counter_names;
+};
+
+// tid -> what the track holds; fails the test on a span that is out of order or that
+// overlaps the end of the span it starts in (spans of a track must nest or follow).
+std::map<std::int64_t, track_events> check_tracks(const json& doc) {
+  std::map<std::int64_t, track_events> tracks;
+  std::map<std::int64_t, std::vector<std::int64_t>> open_ends;  // tid -> stack of span ends
+  std::map<std::int64_t, std::int64_t> last_start;
+  for (const auto& e : doc.at("traceEvents")) {
+    REQUIRE(e.at("pid") == 1);
+    const std::int64_t tid = e.at("tid").get<std::int64_t>();
+    if (e.at("ph") == "M") {
+      if (e.at("name") == "thread_name") tracks[tid].name = e.at("args").at("name");
+      continue;
+    }
+    auto& tr = tracks[tid];
+    if (e.at("ph") == "C") {
+      ++tr.counters;
+      tr.counter_names.insert(e.at("name").get<std::string>());
+      REQUIRE(e.at("args").at("value").get<double>() >= 0.0);
+      continue;
+    }
+    REQUIRE(e.at("ph") == "X");
+    ++tr.spans;
+    tr.span_names.insert(e.at("name").get<std::string>());
+    const std::int64_t start = us_to_ns(e.at("ts"));
+    const std::int64_t end = start + us_to_ns(e.at("dur"));
+    CAPTURE(tr.name, e.dump());
+    REQUIRE(start >= 0);
+    if (last_start.count(tid)) REQUIRE(start >= last_start[tid]);
+    last_start[tid] = start;
+    auto& ends = open_ends[tid];
+    while (!ends.empty() && ends.back() <= start) ends.pop_back();
+    if (!ends.empty()) REQUIRE(end <= ends.back());  // nested inside the open span
+    ends.push_back(end);
+  }
+  return tracks;
+}
+
+const track_events* find_track(const std::map<std::int64_t, track_events>& tracks,
+                               const std::string& name) {
+  for (const auto& [tid, tr] : tracks)
+    if (tr.name == name) return &tr;
+  return nullptr;
+}
+
+// A thread-safe sink for the progress line: counts refreshes ('\r') as they are written.
+class counting_buf : public std::streambuf {
+ public:
+  std::string text() const {
+    std::lock_guard<std::mutex> lock{mutex_};
+    return text_;
+  }
+  std::size_t refreshes() const { return refreshes_.load(std::memory_order_acquire); }
+
+ protected:
+  int_type overflow(int_type ch) override {
+    if (ch == traits_type::eof()) return traits_type::not_eof(ch);
+    std::lock_guard<std::mutex> lock{mutex_};
+    text_.push_back(traits_type::to_char_type(ch));
+    // release: pairs with the acquire in refreshes(); the text before it is written.
+    if (ch == '\r') refreshes_.fetch_add(1, std::memory_order_release);
+    return ch;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string text_;
+  std::atomic<std::size_t> refreshes_{0};
+};
+
+}  // namespace
+
+TEST_CASE("pipeline trace: every track, nested spans, ring counters, within its bound") {
+  const std::uint64_t n = t::scaled(40'000);
+  constexpr std::size_t bound = 512;
+  CAPTURE(n);
+  std::uint64_t sum = 0;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+                 map([](std::uint64_t x) { return 2 * x; }).workers(2).name("double") |
+                 batch(16) | plus_one_segment(2, 16) | unbatch() |
+                 sink([&](std::uint64_t x) { sum += x; }).name("sum"),
+             pipeline_options{.ring_capacity = 64, .trace_events = bound}};
+  REQUIRE(p.tracing());
+  const report r = p.run();
+  REQUIRE(r.completed == n);
+  REQUIRE(sum == n * (n - 1) + n);  // sum of 2x + 1
+
+  const std::string text = p.trace_json();
+  const json doc = json::parse(text);  // throws (fails the test) on invalid JSON
+  REQUIRE(doc.at("displayTimeUnit") == "ms");
+  const auto tracks = check_tracks(doc);
+
+  std::set<std::string> names;
+  for (const auto& [tid, tr] : tracks) {
+    CAPTURE(tr.name);
+    names.insert(tr.name);
+    REQUIRE(tr.spans + tr.counters <= bound);  // the ring of the last N events per track
+  }
+  const std::set<std::string> expected{
+      "source",       "double #1",           "double #2",           "batch",
+      "gpu lane 0",   "gpu lane 0 enqueue",  "gpu lane 0 complete", "gpu lane 1",
+      "gpu lane 1 enqueue", "gpu lane 1 complete", "unbatch",       "sum"};
+  REQUIRE(names == expected);
+
+  // Stage workers: busy spans named after the stage, and their input ring's occupancy.
+  const auto* source = find_track(tracks, "source");
+  REQUIRE(source->span_names == std::set<std::string>{"source"});
+  REQUIRE(source->spans == bound);  // n items ran through: only the last `bound` are kept
+  for (const char* w : {"double #1", "double #2"}) {
+    const auto* tr = find_track(tracks, w);
+    REQUIRE(tr->span_names == std::set<std::string>{"double"});
+    REQUIRE(tr->counter_names == std::set<std::string>{"ring double"});
+  }
+  REQUIRE(find_track(tracks, "sum")->counter_names == std::set<std::string>{"ring sum"});
+  // Lanes: batch > H2D, compute, D2H in device time; the threads' stage-in / enqueue /
+  // stage-out.
+  std::size_t lane_spans = 0;
+  for (const char* lane : {"gpu lane 0", "gpu lane 1"}) {
+    const auto* tr = find_track(tracks, lane);
+    CAPTURE(lane);
+    lane_spans += tr->spans;
+    if (tr->spans != 0)
+      REQUIRE(tr->span_names == std::set<std::string>{"batch", "H2D", "compute", "D2H"});
+    REQUIRE(tr->spans % 4 == 0);  // whole batches
+  }
+  REQUIRE(lane_spans > 0);
+  for (const char* lane : {"gpu lane 0 enqueue", "gpu lane 1 enqueue"}) {
+    const auto* tr = find_track(tracks, lane);
+    if (tr->spans != 0) REQUIRE(tr->span_names == std::set<std::string>{"stage-in", "enqueue"});
+    if (tr->counters != 0) REQUIRE(tr->counter_names == std::set<std::string>{"ring gpu"});
+  }
+  for (const char* lane : {"gpu lane 0 complete", "gpu lane 1 complete"}) {
+    const auto* tr = find_track(tracks, lane);
+    if (tr->spans != 0) REQUIRE(tr->span_names == std::set<std::string>{"stage-out"});
+  }
+
+  // The same JSON through write_trace(ostream) and a file.
+  std::ostringstream again;
+  p.write_trace(again);
+  REQUIRE(again.str() == text);
+}
+
+TEST_CASE("pipeline trace: exported while the stages run, and bounded by it") {
+  constexpr std::size_t bound = 64;
+  pipeline p{input<std::uint64_t>() | batch(8).max_delay(std::chrono::microseconds(200)) |
+                 plus_one_segment(1, 8) | unbatch(),
+             pipeline_options{.trace_events = bound}};
+  p.start();
+  const std::uint64_t rounds = t::scaled(20);
+  std::uint64_t exports = 0;
+  for (std::uint64_t round = 0; round < rounds; ++round) {
+    std::vector<std::future<std::uint64_t>> results;
+    for (std::uint64_t i = 0; i < 100; ++i) results.push_back(p.submit(i));
+    // Mid-run: the stages still hold this round's items while the trace is read.
+    const json doc = json::parse(p.trace_json());
+    for (const auto& [tid, tr] : check_tracks(doc)) REQUIRE(tr.spans + tr.counters <= bound);
+    ++exports;
+    for (std::uint64_t i = 0; i < 100; ++i) REQUIRE(results[i].get() == i + 1);
+  }
+  const report r = p.stop(stop_mode::drain);
+  REQUIRE(exports == rounds);
+  REQUIRE(r.completed == 100 * rounds);
+  const auto tracks = check_tracks(json::parse(p.trace_json()));
+  REQUIRE(find_track(tracks, "results") != nullptr);
+  REQUIRE(find_track(tracks, "gpu lane 0") != nullptr);
+}
+
+TEST_CASE("pipeline trace: off by default; needs metrics; bad sizes refused") {
+  pipeline p{from_range(std::views::iota(0, 10)) | sink([](int) {})};
+  REQUIRE_FALSE(p.tracing());
+  p.run();
+  REQUIRE_THROWS_WITH(p.trace_json(), Catch::Contains("trace_events"));
+  auto make = [](pipeline_options o) {
+    return pipeline(from_range(std::views::iota(0, 10)) | sink([](int) {}), o);
+  };
+  REQUIRE_THROWS_AS(make({.metrics = false, .trace_events = 16}), config_error);
+  REQUIRE_THROWS_AS(make({.trace_events = (std::size_t{1} << 26) + 1}), config_error);
+  REQUIRE_THROWS_AS(make({.progress = true, .progress_period = std::chrono::milliseconds(10)}),
+                    config_error);
+  REQUIRE_THROWS_AS(make({.metrics = false, .progress = true}), config_error);
+}
+
+TEST_CASE("pipeline metrics off: accounting kept, nothing timed, verdict unmeasured") {
+  const std::uint64_t n = t::scaled(20'000);
+  std::uint64_t sum = 0;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+                 map([](std::uint64_t x) { return x; }).workers(2).ordered() | batch(16) |
+                 plus_one_segment(2, 16) | unbatch() | sink([&](std::uint64_t x) { sum += x; }),
+             pipeline_options{.metrics = false}};
+  const report r = p.run();
+  REQUIRE(r.produced == n);
+  REQUIRE(r.completed == n);
+  REQUIRE(sum == n * (n - 1) / 2 + n);
+  REQUIRE(r.verdict.kind == verdict_kind::unmeasured);
+  REQUIRE_THAT(r.verdict.summary, Catch::Contains("metrics = false"));
+  for (const auto& s : r.stages) {
+    CAPTURE(s.name);
+    REQUIRE(s.busy_s == 0.0);
+    REQUIRE(s.starved_s == 0.0);
+    REQUIRE(s.blocked_s == 0.0);
+    REQUIRE(s.items == n);  // item counts are still kept
+  }
+  REQUIRE(r.item_latency.count == 0);
+  for (const auto& l : r.lanes) REQUIRE(l.batches == 0);
+  std::ostringstream table;
+  table << r;
+  REQUIRE_THAT(table.str(), Catch::Contains("verdict: unmeasured"));
+}
+
+TEST_CASE("pipeline progress: refreshes while running, ends its line at stop") {
+  counting_buf buf;
+  std::ostream out{&buf};
+  pipeline p{input<std::uint64_t>() | batch(8).max_delay(std::chrono::microseconds(200)) |
+                 plus_one_segment(1, 8) | unbatch(),
+             pipeline_options{.progress = true,
+                              .progress_period = std::chrono::milliseconds(250),
+                              .progress_out = &out}};
+  p.start();
+  // Feed it until the line has been refreshed twice (a gate, not a sleep: the CTest
+  // TIMEOUT catches a line that never comes).
+  std::uint64_t submitted = 0;
+  while (buf.refreshes() < 2) {
+    std::vector<std::future<std::uint64_t>> results;
+    for (int i = 0; i < 50; ++i) results.push_back(p.submit(submitted++));
+    for (auto& f : results) f.get();
+  }
+  const report r = p.stop(stop_mode::drain);
+  REQUIRE(r.completed == submitted);
+  const std::string text = buf.text();
+  const std::size_t refreshes = buf.refreshes();
+  REQUIRE(refreshes >= 2);
+  // The newline is written only after the progress thread left its loop: it stopped.
+  REQUIRE(text.back() == '\n');
+  REQUIRE(text.find('\n') == text.size() - 1);      // one line, rewritten in place
+  REQUIRE_THAT(text, Catch::Contains("conveyor: ") && Catch::Contains("items/s") &&
+                         Catch::Contains("GPU busy") && Catch::Contains("now: "));
+}
