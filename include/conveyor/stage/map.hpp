@@ -104,23 +104,37 @@ class reorder_buffer {
       : window_(window), slots_(window), out_(out), ctl_(ctl) {}
 
   // Blocks until position p may be deposited; false if the pipeline is stopping.
-  bool admit(std::size_t p) noexcept {
+  // on_wait() runs first if it has to wait (the caller's metrics mark the wait).
+  template <class OnWait>
+  bool admit(std::size_t p, OnWait&& on_wait) noexcept {
     auto ok = [&] {
       // acquire: pairs with the release store of emitted_ in emit().
       return p < emitted_.load(std::memory_order_acquire) + window_ || ctl_.is_stopping();
     };
-    room_.wait(ok);
+    if (!ok()) {
+      on_wait();
+      room_.wait(ok);
+    }
     return !ctl_.is_stopping();
   }
 
+  bool admit(std::size_t p) noexcept {
+    return admit(p, [] {});
+  }
+
   // Stores the result for position p (admitted) and emits whatever became consecutive.
-  void deposit(std::size_t p, envelope<T>&& v) noexcept {
+  // on_wait() runs before the first push downstream that has to wait for room.
+  template <class OnWait>
+  void deposit(std::size_t p, envelope<T>&& v, OnWait&& on_wait) noexcept {
     slot& s = slots_[p % window_];
     s.value.emplace(std::move(v));
     // seq_cst: Dekker with the emitter's release of emitting_ and its re-check of this
     // slot in emit(): either it sees this store, or our exchange below sees it gone.
     s.ready.store(p + 1, std::memory_order_seq_cst);
-    emit();
+    emit(on_wait);
+  }
+  void deposit(std::size_t p, envelope<T>&& v) noexcept {
+    deposit(p, std::move(v), [] {});
   }
 
   // Wakes admit() waiters after a stop.
@@ -146,7 +160,9 @@ class reorder_buffer {
     std::optional<envelope<T>> value;
   };
 
-  void emit() noexcept {
+  template <class OnWait>
+  void emit(OnWait& on_wait) noexcept {
+    bool waited = false;
     for (;;) {
       // acquire: pairs with the release store of emitting_ below by the previous
       // emitter; its writes to next_ and the slots are visible to us.
@@ -165,6 +181,11 @@ class reorder_buffer {
         emitted_.store(next, std::memory_order_release);
         room_.notify();
         const std::uint64_t n = v.items();
+        if (out_->try_push(std::move(v))) continue;  // moves v only when it succeeds
+        if (!waited) {
+          on_wait();
+          waited = true;
+        }
         if (!out_->push(std::move(v))) ctl_.cancel(n);  // stopping: the rest is drained later
       }
       // seq_cst: see deposit(); after releasing, re-check the slot we stopped at, since
@@ -224,11 +245,16 @@ class map_node {
       auto in = probe.pop(*in_, ordered ? &pos : nullptr);
       if (!in) break;
       probe.occupancy(*in_);
-      if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos))) {
+      bool waited = false;  // for the reorder window: counts as waiting for input
+      const auto before_wait = [&] {
+        probe.before_wait();
+        waited = true;
+      };
+      if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos, before_wait))) {
         ctl_.cancel(in->items());
         break;
       }
-      if (ordered) probe.starved();  // waiting for the reorder window counts as waiting for input
+      if (waited) probe.starved();
       std::optional<envelope<out_type>> out;
       try {
         metrics::nvtx_range range{probe.span_name()};
@@ -239,11 +265,12 @@ class map_node {
         ctl_.fail_current(stage_.name(), in->meta.seq, in->items());
         break;
       }
-      probe.busy();
+      probe.work_done();
       probe.items(out->items());
       if (ordered) {
-        reorder_->deposit(pos, std::move(*out));
-        probe.blocked();  // depositing may emit downstream and wait for room there
+        waited = false;  // depositing may emit downstream and wait for room there
+        reorder_->deposit(pos, std::move(*out), before_wait);
+        if (waited) probe.blocked();
       } else {
         const std::uint64_t n = out->items();
         if (!probe.push(*out_, std::move(*out))) {

@@ -99,11 +99,16 @@ class terminal_node {
         ctl_.fail_current(name_, meta.seq, n);
         break;
       }
-      probe.busy();
+      probe.work_done();
       if (latency_ && probe.on()) {
-        const std::int64_t t = probe.mark_ns();  // the end of deliver(), just read
-        if (metas.empty()) latency_->record(t - meta.t0_ns);
-        for (const item_meta& m : metas) latency_->record(t - m.t0_ns);
+        std::int64_t t = 0;  // the end of deliver(), read once for the timed items
+        const auto record = [&](const item_meta& m) {
+          if (m.t0_ns == 0) return;  // not sampled
+          if (t == 0) t = now_ns();
+          latency_->record(t - m.t0_ns);
+        };
+        if (metas.empty()) record(meta);
+        for (const item_meta& m : metas) record(m);
       }
       probe.items(n);
       ctl_.completed.fetch_add(n, std::memory_order_relaxed);  // relaxed: read after join

@@ -132,11 +132,13 @@ class source_node {
         ctl_.fail_current(stage_.name(), seq, 0);  // no item was produced
         break;
       }
-      probe.busy();
+      probe.work_done();
       if (!v) break;
       ctl_.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
       probe.items(1);
-      const item_meta meta{seq++, probe.mark_ns(), no_ticket};  // entered: end of the call
+      // entered: the end of the call; timed for 1 item in latency_sample_period
+      const std::int64_t t0 = probe.on() && seq % latency_sample_period == 0 ? now_ns() : 0;
+      const item_meta meta{seq++, t0, no_ticket};
       if (!probe.push(*out_, envelope<out_type>{std::move(*v), meta, {}})) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
         break;

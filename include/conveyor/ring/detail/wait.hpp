@@ -173,11 +173,15 @@ class wait_point {
         adapt(limit, 2 * i + 16, 2 * i + 16 > limit ? 1 : 6);
         return true;
       }
+      // A timed wait looks at the clock now and then: under load a spin can be
+      // preempted for far longer than it would take.
+      if (deadline && i % 64 == 63 && wait_clock::now() >= *deadline) return false;
       cpu_relax();
     }
     const wait_clock::time_point spun = wait_clock::now();
     for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
-      std::this_thread::yield();
+      if (deadline && wait_clock::now() >= *deadline) return pred();
+      std::this_thread::yield();  // on a busy core: a whole time slice of another thread
       if (pred()) {
         adapt(limit, 2 * limit, 1);
         return true;
