@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Turns Google Benchmark JSON from bench_rings / bench_pipeline into the ratio tables of
+benchmarks/RESULTS.md: medians of the repetitions, each figure divided by its peer from
+the same run (machines are shared and noisy; only same-run ratios are compared).
+
+  ./build/benchmarks/bench_rings --benchmark_repetitions=5 \
+      --benchmark_out=rings.json --benchmark_out_format=json
+  python3 benchmarks/summarize.py rings.json [pipeline.json ...]
+"""
+import json
+import sys
+
+
+def medians(path):
+    """{run_name: {counter: median}} plus the context block of one JSON file."""
+    with open(path) as f:
+        data = json.load(f)
+    out = {}
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        name = b["run_name"]
+        # Without repetitions there are no aggregates: the single run is the median.
+        if b.get("run_type") == "aggregate" or name not in out:
+            keys = {k: v for k, v in b.items() if isinstance(v, (int, float))}
+            out[name] = keys
+    return out, data.get("context", {})
+
+
+def short(name):
+    for suffix in ("/min_time:0.100", "/manual_time", "/real_time", "/iterations:1"):
+        name = name.replace(suffix, "")
+    return name
+
+
+def fmt_rate(v):
+    return f"{v / 1e6:.2f} M/s" if v >= 1e6 else f"{v / 1e3:.1f} k/s"
+
+
+def rings(m):
+    ips = {short(k): v.get("items_per_second", 0.0) for k, v in sorted(m.items())}
+    print("| workload | conveyor | fastest peer | conveyor / peer | block / try (conveyor) |")
+    print("| --- | --- | --- | --- | --- |")
+    for me, mine in ips.items():
+        parts = me.split("/")  # workload / queue / path [/ capacity]
+        if parts[0] not in ("spsc", "mpmc2x2") or parts[1] != "conveyor":
+            continue
+        peers = {k.split("/")[1]: v for k, v in ips.items()
+                 if k.split("/")[0] == parts[0] and k.split("/")[2:] == parts[2:]
+                 and k.split("/")[1] != "conveyor" and not k.split("/")[1].startswith("lamport")}
+        best = max(peers, key=peers.get) if peers else None
+        twin = "/".join(parts[:2] + ["try"] + parts[3:])
+        bt = mine / ips[twin] if ips.get(twin) else float("nan")
+        peer = f"{fmt_rate(peers[best])} ({best})" if best else "-"
+        vs = f"{mine / peers[best]:.2f}" if best else "-"
+        print(f"| {me} | {fmt_rate(mine)} | {peer} | {vs} | {bt:.2f} |")
+    rtt = {short(k): v.get("ns_per_rtt") for k, v in sorted(m.items()) if k.startswith("rtt/")}
+    if rtt:
+        print("\n| round trip | ns per round trip |")
+        print("| --- | --- |")
+        for k, v in rtt.items():
+            print(f"| {k} | {v * 1e9:.0f} |")  # stored in seconds
+    idle = {short(k): v.get("cpu_us_per_s") for k, v in sorted(m.items()) if k.startswith("idle/")}
+    if idle:
+        print("\n| blocked idle consumer | CPU us used in 1 s |")
+        print("| --- | --- |")
+        for k, v in idle.items():
+            print(f"| {k} | {v:.1f} |")
+    pads = {k: v for k, v in ips.items() if "/lamport-" in k}
+    if pads:
+        print("\n| false-sharing layout (SPSC try) | items/s | vs packed |")
+        print("| --- | --- | --- |")
+        for k, v in pads.items():
+            packed = ips.get(k.replace(k.split("/")[1], "lamport-packed"))
+            print(f"| {k} | {fmt_rate(v)} | {v / packed:.2f} |")
+
+
+def pipeline(m):
+    """bench_pipeline and bench_inference: throughput, efficiency against the stage bound
+    measured in the same run, and the ratio to the peers in the same run."""
+    ips = {short(k): v for k, v in sorted(m.items())}
+    inference = any(k.split("/")[1:2] == ["serial"] for k in ips)
+    print("| benchmark | items/s | efficiency | GPU busy | ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    tbb = ips.get("tbb/trivial/tokens:8", {}).get("items_per_second")
+    for k, v in ips.items():
+        eff = v.get("overlap_efficiency", v.get("efficiency"))
+        busy = v.get("gpu_busy_fraction")
+        note = ""
+        rate = v.get("items_per_second", 0.0)
+        if "/trivial" in k and tbb and not k.startswith(("tbb/", "serial/")):
+            note = f"{rate / tbb:.2f}x tbb"
+        if inference and "/conveyor/" in k:
+            rt = k.split("/")[0]
+            serial = ips.get(f"{rt}/serial", {}).get("items_per_second")
+            queue = ips.get(f"{rt}/thread_queue", {}).get("items_per_second")
+            if serial and queue:
+                note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue"
+        print(f"| {k} | {fmt_rate(rate)} | {'' if eff is None else f'{eff:.3f}'} | "
+              f"{'' if busy is None else f'{busy:.2f}'} | {note} |")
+    for w in (1, 2):
+        off = ips.get(f"conveyor/trivial/workers:{w}/metrics:off", {}).get("items_per_second")
+        on = ips.get(f"conveyor/trivial/workers:{w}/metrics:on", {}).get("items_per_second")
+        if off and on:
+            print(f"\nmetrics on / off (trivial, {w} worker{'s' if w > 1 else ''}): {on / off:.2f}")
+
+
+def main():
+    for path in sys.argv[1:]:
+        m, ctx = medians(path)
+        print(f"<!-- {path}: {ctx.get('date', '?')}, {ctx.get('num_cpus', '?')} CPUs, "
+              f"load {ctx.get('load_avg', '?')} -->")
+        if any(k.startswith(("spsc/", "mpmc2x2/", "rtt/")) for k in m):
+            rings(m)
+        else:
+            pipeline(m)
+        print()
+
+
+if __name__ == "__main__":
+    main()
