@@ -32,6 +32,7 @@
 #include "conveyor/runtime/cuda/stream.hpp"
 #include "conveyor/runtime/detail/cuda_counters.hpp"
 #include "conveyor/runtime/detail/memory_span.hpp"
+#include "conveyor/runtime/detail/owning_buffer.hpp"
 
 namespace conveyor::detail {
 
@@ -61,6 +62,43 @@ inline void cuda_memcpy_async(void* dst, const void* src, std::size_t bytes, cud
   CONVEYOR_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, s));
 }
 
+// An allocation failure names the bytes and the pool, then the CUDA error.
+[[noreturn]] inline void throw_allocation_error(cudaError_t status, const char* api, const char* kind,
+                                                std::size_t bytes, std::string_view label) {
+  throw_cuda_error(status, api, __FILE__, __LINE__,
+                   std::string(kind) + " allocation of " + std::to_string(bytes) +
+                       " bytes for pool '" + std::string(label) + "' failed");
+}
+
+// Where cuda::pinned_buffer and cuda::device_buffer get their memory (owning_buffer.hpp).
+struct cuda_pinned_allocator {
+  static void* allocate(std::size_t bytes, std::string_view label) {
+    void* p = nullptr;
+    const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (status != cudaSuccess) throw_allocation_error(status, "cudaHostAlloc", "pinned", bytes, label);
+    cuda_counters::add(cuda_counters::pinned, 1);
+    return p;
+  }
+  static void deallocate(void* p) noexcept {
+    CONVEYOR_CUDA_ASSERT(cudaFreeHost(p));
+    cuda_counters::add(cuda_counters::pinned, -1);
+  }
+};
+
+struct cuda_device_allocator {
+  static void* allocate(std::size_t bytes, std::string_view label) {
+    void* p = nullptr;
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status != cudaSuccess) throw_allocation_error(status, "cudaMalloc", "device", bytes, label);
+    cuda_counters::add(cuda_counters::device, 1);
+    return p;
+  }
+  static void deallocate(void* p) noexcept {
+    CONVEYOR_CUDA_ASSERT(cudaFree(p));
+    cuda_counters::add(cuda_counters::device, -1);
+  }
+};
+
 }  // namespace conveyor::detail
 
 namespace conveyor::cuda {
@@ -89,113 +127,23 @@ template <class T>
 using device_span = detail::memory_span<T, device_space>;
 
 // Page-locked host memory (cudaHostAlloc, portable across devices). Uninitialized.
+// @throws config_error above 1 TiB; cuda_error naming the bytes and the label on failure.
 template <class T>
-class pinned_buffer {
-  static_assert(std::is_trivially_copyable_v<T> && !std::is_const_v<T>,
-                "pinned_buffer holds non-const trivially copyable elements");
+class pinned_buffer : public detail::owning_buffer<T, pinned_space, detail::cuda_pinned_allocator> {
+  using base = detail::owning_buffer<T, pinned_space, detail::cuda_pinned_allocator>;
 
  public:
-  // @throws config_error above 1 TiB; cuda_error naming the bytes and the label on failure.
-  explicit pinned_buffer(std::size_t count, std::string_view label = "pinned") : count_(count) {
-    const std::size_t bytes = detail::checked_bytes<T>(count, "pinned", label);
-    if (bytes == 0) return;
-    void* p = nullptr;
-    const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-    if (status != cudaSuccess)
-      detail::throw_cuda_error(status, "cudaHostAlloc", __FILE__, __LINE__,
-                               "pinned allocation of " + std::to_string(bytes) +
-                                   " bytes for pool '" + std::string(label) + "' failed");
-    data_ = static_cast<T*>(p);
-    detail::cuda_counters::add(detail::cuda_counters::pinned, 1);
-  }
-
-  pinned_buffer(pinned_buffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
-  pinned_buffer& operator=(pinned_buffer&& other) noexcept {
-    if (this != &other) {
-      reset();
-      data_ = std::exchange(other.data_, nullptr);
-      count_ = std::exchange(other.count_, 0);
-    }
-    return *this;
-  }
-  pinned_buffer(const pinned_buffer&) = delete;
-  pinned_buffer& operator=(const pinned_buffer&) = delete;
-  ~pinned_buffer() { reset(); }
-
-  pinned_span<T> span() const noexcept {
-    return detail::span_access::make<T, pinned_space>(data_, count_);
-  }
-  T* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return count_; }
-  std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
-  bool empty() const noexcept { return count_ == 0; }
-
- private:
-  void reset() noexcept {
-    count_ = 0;
-    if (data_ == nullptr) return;
-    CONVEYOR_CUDA_ASSERT(cudaFreeHost(std::exchange(data_, nullptr)));
-    detail::cuda_counters::add(detail::cuda_counters::pinned, -1);
-  }
-
-  T* data_ = nullptr;
-  std::size_t count_ = 0;
+  using base::base;
 };
 
 // Device memory (cudaMalloc) on the current device. Uninitialized.
+// @throws config_error above 1 TiB; cuda_error naming the bytes and the label on failure.
 template <class T>
-class device_buffer {
-  static_assert(std::is_trivially_copyable_v<T> && !std::is_const_v<T>,
-                "device_buffer holds non-const trivially copyable elements");
+class device_buffer : public detail::owning_buffer<T, device_space, detail::cuda_device_allocator> {
+  using base = detail::owning_buffer<T, device_space, detail::cuda_device_allocator>;
 
  public:
-  // @throws config_error above 1 TiB; cuda_error naming the bytes and the label on failure.
-  explicit device_buffer(std::size_t count, std::string_view label = "device") : count_(count) {
-    const std::size_t bytes = detail::checked_bytes<T>(count, "device", label);
-    if (bytes == 0) return;
-    void* p = nullptr;
-    const cudaError_t status = cudaMalloc(&p, bytes);
-    if (status != cudaSuccess)
-      detail::throw_cuda_error(status, "cudaMalloc", __FILE__, __LINE__,
-                               "device allocation of " + std::to_string(bytes) +
-                                   " bytes for pool '" + std::string(label) + "' failed");
-    data_ = static_cast<T*>(p);
-    detail::cuda_counters::add(detail::cuda_counters::device, 1);
-  }
-
-  device_buffer(device_buffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), count_(std::exchange(other.count_, 0)) {}
-  device_buffer& operator=(device_buffer&& other) noexcept {
-    if (this != &other) {
-      reset();
-      data_ = std::exchange(other.data_, nullptr);
-      count_ = std::exchange(other.count_, 0);
-    }
-    return *this;
-  }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  ~device_buffer() { reset(); }
-
-  device_span<T> span() const noexcept {
-    return detail::span_access::make<T, device_space>(data_, count_);
-  }
-  T* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return count_; }
-  std::size_t size_bytes() const noexcept { return count_ * sizeof(T); }
-  bool empty() const noexcept { return count_ == 0; }
-
- private:
-  void reset() noexcept {
-    count_ = 0;
-    if (data_ == nullptr) return;
-    CONVEYOR_CUDA_ASSERT(cudaFree(std::exchange(data_, nullptr)));
-    detail::cuda_counters::add(detail::cuda_counters::device, -1);
-  }
-
-  T* data_ = nullptr;
-  std::size_t count_ = 0;
+  using base::base;
 };
 
 // Host (pinned) to device. @throws config_error when the sizes differ; cuda_error.

@@ -48,14 +48,18 @@ using device_span = detail::memory_span<T, device_space>;
 // @throws config_error above 1 TiB; conveyor::error naming bytes and label when out of memory.
 template <class T>
 class pinned_buffer : public detail::host_buffer<T, pinned_space> {
+  using base = detail::host_buffer<T, pinned_space>;
+
  public:
-  using detail::host_buffer<T, pinned_space>::host_buffer;
+  using base::base;
 };
 
 template <class T>
 class device_buffer : public detail::host_buffer<T, device_space> {
+  using base = detail::host_buffer<T, device_space>;
+
  public:
-  using detail::host_buffer<T, device_space>::host_buffer;
+  using base::base;
 };
 
 // Host to "device". @throws config_error when the sizes differ.
