@@ -310,11 +310,7 @@ void pipelined(benchmark::State& state, bench_env<R>& env) {
           for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i].id, cls[i]});
           return out;
         });
-    segment.streams([&model](std::size_t lane) {
-      typename R::stream s;
-      if constexpr (requires { model.bind(lane, s); }) model.bind(lane, s);
-      return s;
-    });
+    segment.streams(cm::lane_streams<R>(model));
     conveyor::pipeline p{
         conveyor::source([i = std::uint64_t{0}, &c]() mutable -> std::optional<std::uint64_t> {
           if (i == c.items) return std::nullopt;

@@ -116,11 +116,7 @@ int run(std::uint64_t items, cm::mlp_options o, std::size_t batch_size, std::siz
         for (std::size_t i = 0; i < b.size(); ++i) labels.push_back({b[i].id, cls[i]});
         return labels;
       });
-  segment.streams([&model](std::size_t lane) {
-    typename R::stream s;
-    if constexpr (requires { model.bind(lane, s); }) model.bind(lane, s);  // cuBLAS handle now, not mid-run
-    return s;
-  });
+  segment.streams(cm::lane_streams<R>(model));  // cuBLAS handles made now, not mid-run
   conveyor::pipeline p{
       conveyor::source([i = std::uint64_t{0}, items]() mutable -> std::optional<std::uint64_t> {
         if (i == items) return std::nullopt;

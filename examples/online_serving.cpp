@@ -117,11 +117,7 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
         for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i].id, cls[i]});
         return out;
       });
-  segment.streams([&model](std::size_t lane) {
-    typename R::stream s;
-    if constexpr (requires { model.bind(lane, s); }) model.bind(lane, s);
-    return s;
-  });
+  segment.streams(cm::lane_streams<R>(model));
   conveyor::pipeline svc{
       conveyor::input<request>() |
       conveyor::map([n](request r) {  // decode: the request's pixels
