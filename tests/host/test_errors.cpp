@@ -100,6 +100,17 @@ struct plan {
   std::uint64_t items_failed() const { return at == where::source ? 0 : at == where::batch_map ? B : 1; }
 };
 
+// The map under test: calls pl.at_call() on every item, so it throws (or waits) where
+// and when the plan says, with the plan's workers and ordering.
+auto throwing_map(plan& pl) {
+  return map([&pl](counted c) {
+           pl.at_call(c.value);
+           return c;
+         })
+      .workers(pl.workers)
+      .ordered(pl.ordered);
+}
+
 // Where the thrower throws when the rings are to be full, and how many source calls
 // saturate everything upstream of it (see each topology below).
 void configure(plan& pl) {
@@ -229,14 +240,7 @@ void run_scenario(plan& pl, ending how) {
         .workers(pl.at == where::sink ? pl.workers : 1)
         .name("out");
   };
-  auto thrower = [&pl] {
-    return map([&pl](counted c) {
-             pl.at_call(c.value);
-             return c;
-           })
-        .workers(pl.workers)
-        .ordered(pl.ordered);
-  };
+  auto thrower = [&pl] { return throwing_map(pl); };
   const pipeline_options small{.ring_capacity = C};
   switch (pl.at) {
     case where::source:
@@ -423,14 +427,7 @@ TEST_CASE("errors: service mode: the futures of items in flight get the error an
   pl.trigger = 0;
   pl.saturated = n;
   CAPTURE(name_of(pos.at), pos.workers, pos.ordered, in_flight, static_cast<int>(end));
-  auto thrower = [&pl] {
-    return map([&pl](counted c) {
-             pl.at_call(c.value);
-             return c;
-           })
-        .workers(pl.workers)
-        .ordered(pl.ordered);
-  };
+  auto thrower = [&pl] { return throwing_map(pl); };
   switch (pos.at) {
     case where::map:
       exercise_service(pl, end, n, [&] {
