@@ -130,6 +130,34 @@ auto make_node(sink_stage<F>&& s, control& ctl, link<In>* in, void*, latency_rec
   return std::unique_ptr<node>(new node(make_sink_node(std::move(s), ctl, in, lat)));
 }
 
+// How many threads of a stage push to its output ring at the same time, and pop from its
+// input ring at the same time: where both ends of a ring are 1, it is an spsc_ring.
+template <class F>
+std::size_t output_pushers(const source_stage<F>&) { return 1; }
+template <class T>
+std::size_t output_pushers(const input_stage<T>&) { return any_threads; }  // submit() callers
+template <class F>
+std::size_t output_pushers(const map_stage<F>& s) {
+  return s.is_ordered() ? 1 : s.workers();  // ordered: one emitter at a time
+}
+inline std::size_t output_pushers(const batch_stage&) { return 1; }
+inline std::size_t output_pushers(const unbatch_stage&) { return 1; }
+template <class R, class IE, class OE, class SI, class C, class SO>
+std::size_t output_pushers(const gpu_stage<R, IE, OE, SI, C, SO>&) {
+  return 1;  // results leave through the reorder buffer's one emitter at a time
+}
+
+template <class F>
+std::size_t input_poppers(const map_stage<F>& s) { return s.workers(); }
+inline std::size_t input_poppers(const batch_stage&) { return 1; }
+inline std::size_t input_poppers(const unbatch_stage&) { return 1; }
+template <class R, class IE, class OE, class SI, class C, class SO>
+std::size_t input_poppers(const gpu_stage<R, IE, OE, SI, C, SO>& s) {
+  return s.options().lanes;  // one enqueue thread per lane
+}
+template <class F>
+std::size_t input_poppers(const sink_stage<F>& s) { return s.workers(); }
+
 }  // namespace detail
 
 template <class Chain>
@@ -402,7 +430,7 @@ class pipeline<chain<Bound...>> {
     state(chain<Bound...>&& c, const pipeline_options& o)
         : options((check_options(o), o)),
           ctl(o.metrics, o.trace_events),
-          rings(make_rings(o, std::make_index_sequence<n_rings>{})),
+          rings(make_rings(o, c.stages, std::make_index_sequence<n_rings>{})),
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})),
           free_tickets(service ? detail::next_power_of_two(ticket_count(c)) : 2),
           tickets(service ? ticket_count(c) : 0) {
@@ -418,10 +446,22 @@ class pipeline<chain<Bound...>> {
     }
 
     template <std::size_t... I>
-    static rings_t make_rings(const pipeline_options& o, std::index_sequence<I...>) {
+    static rings_t make_rings(const pipeline_options& o, const stages_t& s,
+                              std::index_sequence<I...>) {
       detail::check_ring_capacity("pipeline ring", o.ring_capacity);
       return rings_t{std::make_unique<detail::link<out_t<I>>>(
-          I == 0 && service ? input_capacity() : o.ring_capacity)...};
+          I == 0 && service ? input_capacity() : o.ring_capacity, ring_ends<I>(s))...};
+    }
+    // Ring I runs from stage I to stage I + 1 (or to the result node of a service).
+    template <std::size_t I>
+    static detail::ring_ends ring_ends(const stages_t& s) {
+      detail::ring_ends e;
+      e.pushers = detail::output_pushers(std::get<I>(s).stage);
+      if constexpr (I + 1 < n_stages)
+        e.poppers = detail::input_poppers(std::get<I + 1>(s).stage);
+      else
+        e.poppers = 1;  // the result node's one thread
+      return e;
     }
     static void check_options(const pipeline_options& o) {
       CONVEYOR_EXPECTS(!o.progress || o.metrics,

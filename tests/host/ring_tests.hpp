@@ -232,4 +232,24 @@ void check_pop_until() {
   REQUIRE(ring.closed());
 }
 
+// try_pop(&pos) / pop(&pos) report each element's position: how many were pushed
+// before it (what ordered stages restore the order from), across laps of the ring.
+template <template <class> class Ring>
+void check_positions() {
+  Ring<int> ring{8};
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE(ring.try_push(i * 10));
+    std::size_t pos = 999;
+    const auto v = (i % 2) ? ring.pop(&pos) : ring.try_pop(&pos);
+    REQUIRE(v == std::optional<int>{i * 10});
+    REQUIRE(pos == static_cast<std::size_t>(i));
+  }
+  for (int i = 0; i < 8; ++i) REQUIRE(ring.try_push(i));
+  for (int i = 0; i < 8; ++i) {
+    std::size_t pos = 999;
+    REQUIRE(ring.try_pop(&pos) == std::optional<int>{i});
+    REQUIRE(pos == static_cast<std::size_t>(20 + i));
+  }
+}
+
 }  // namespace conveyor::test

@@ -142,12 +142,5 @@ TEST_CASE("mpmc_ring: pop_until times out, delivers, and sees close") {
 }
 
 TEST_CASE("mpmc_ring: pop reports each element's position in push order") {
-  mpmc_ring<int> ring{8};
-  for (int i = 0; i < 20; ++i) {
-    REQUIRE(ring.try_push(i * 10));
-    std::size_t pos = 999;
-    const auto v = (i % 2) ? ring.pop(&pos) : ring.try_pop(&pos);
-    REQUIRE(v == std::optional<int>{i * 10});
-    REQUIRE(pos == static_cast<std::size_t>(i));
-  }
+  t::check_positions<mpmc_ring>();
 }

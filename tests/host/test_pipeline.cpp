@@ -230,6 +230,46 @@ TEST_CASE("pipeline: a consumer that stops early (sink throws) stops everything"
   REQUIRE(p.counts().failed == 1);
 }
 
+TEST_CASE("pipeline: a hop is an SPSC ring exactly when one thread pushes and one pops") {
+  auto id = [](int x) { return x; };
+  // Who pushes into a stage's output ring at the same time: an ordered map's workers
+  // take turns under the reorder buffer's emitter, so they count as one.
+  CHECK(detail::output_pushers(source([]() -> std::optional<int> { return {}; })) == 1);
+  CHECK(detail::output_pushers(input<int>()) == detail::any_threads);
+  CHECK(detail::output_pushers(map(id)) == 1);
+  CHECK(detail::output_pushers(map(id).workers(3)) == 3);
+  CHECK(detail::output_pushers(map(id).workers(3).ordered()) == 1);
+  CHECK(detail::output_pushers(batch(4)) == 1);
+  CHECK(detail::output_pushers(unbatch()) == 1);
+  // Who pops from a stage's input ring at the same time.
+  CHECK(detail::input_poppers(map(id).workers(3).ordered()) == 3);
+  CHECK(detail::input_poppers(sink([](int) {}).workers(2)) == 2);
+  CHECK(detail::input_poppers(batch(4)) == 1);
+
+  CHECK(detail::ring_link<int>(8, {1, 1}).is_spsc());
+  CHECK_FALSE(detail::ring_link<int>(8, {3, 1}).is_spsc());
+  CHECK_FALSE(detail::ring_link<int>(8, {1, 2}).is_spsc());
+  CHECK_FALSE(detail::ring_link<int>(8, {detail::any_threads, 1}).is_spsc());
+  // Both kinds behave the same through the link, positions included.
+  for (const detail::ring_ends ends : {detail::ring_ends{1, 1}, detail::ring_ends{2, 2}}) {
+    detail::ring_link<int> l{4, ends};
+    for (int i = 0; i < 4; ++i) REQUIRE(l.try_push(int{i}));
+    REQUIRE_FALSE(l.try_push(9));
+    REQUIRE(l.size_approx() == 4);
+    std::size_t pos = 99;
+    REQUIRE(l.pop(&pos) == std::optional<int>{0});
+    REQUIRE(pos == 0);
+    l.close();
+    REQUIRE_FALSE(l.push(9));
+    REQUIRE(l.try_pop(&pos) == std::optional<int>{1});
+    REQUIRE(pos == 1);
+    REQUIRE(l.pop() == std::optional<int>{2});
+    REQUIRE(l.pop_until(std::chrono::steady_clock::now()) == std::optional<int>{3});
+    REQUIRE_FALSE(l.pop().has_value());
+    REQUIRE(l.closed());
+  }
+}
+
 TEST_CASE("pipeline: bad configuration fails at construction with what to change") {
   auto src = [] { return from_range(std::vector<int>{1, 2, 3}); };
   auto noop = [](int) {};

@@ -71,3 +71,7 @@ TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
 TEST_CASE("spsc_ring: pop_until times out, delivers, and sees close") {
   t::check_pop_until<spsc_ring>();
 }
+
+TEST_CASE("spsc_ring: pop reports each element's position in push order") {
+  t::check_positions<spsc_ring>();
+}

@@ -62,6 +62,13 @@ class spsc_ring {
   }
 
   std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return try_pop(nullptr);
+  }
+
+  // As try_pop(); also stores the element's position: how many elements were pushed
+  // before it (the same contract as mpmc_ring's, so code that restores order after a
+  // ring works over either).
+  std::optional<T> try_pop(std::size_t* position) noexcept(std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
     if (head == consumer_.tail_cache) {
       // acquire: pairs with the release store of tail in emplace(); the element's
@@ -69,6 +76,7 @@ class spsc_ring {
       consumer_.tail_cache = producer_.tail.load(std::memory_order_acquire);
       if (head == consumer_.tail_cache) return std::nullopt;
     }
+    if (position) *position = head;
     T* p = std::launder(slot(head));
     std::optional<T> out{std::move(*p)};
     std::destroy_at(p);
@@ -98,7 +106,11 @@ class spsc_ring {
   // Blocks while empty. Returns nullopt only when the ring is closed and drained.
   // @note blocks the calling (consumer) thread.
   std::optional<T> pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
-    return pop_impl(nullptr);
+    return pop_impl(nullptr, nullptr);
+  }
+  // As pop(); also stores the element's position (see try_pop(std::size_t*)).
+  std::optional<T> pop(std::size_t* position) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return pop_impl(position, nullptr);
   }
 
   // As pop(), but gives up at the deadline: nullopt then means timed out, or closed and
@@ -106,7 +118,7 @@ class spsc_ring {
   // @note blocks the calling (consumer) thread until the deadline at most.
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    return pop_impl(&deadline);
+    return pop_impl(nullptr, &deadline);
   }
 
   void close() noexcept {
@@ -130,11 +142,12 @@ class spsc_ring {
   }
 
  private:
-  std::optional<T> pop_impl(const std::chrono::steady_clock::time_point* deadline) noexcept(
+  std::optional<T> pop_impl(std::size_t* position,
+                            const std::chrono::steady_clock::time_point* deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
-      if (auto v = try_pop()) return v;
-      if (closed()) return try_pop();  // elements pushed before close() are visible now
+      if (auto v = try_pop(position)) return v;
+      if (closed()) return try_pop(position);  // elements pushed before close() are visible now
       auto ready = [this] {
         // acquire: pairs with the release store of tail in emplace().
         return producer_.tail.load(std::memory_order_acquire) !=
@@ -144,7 +157,7 @@ class spsc_ring {
       if (!deadline) {
         not_empty_.wait(ready);
       } else if (!not_empty_.wait_until(ready, *deadline)) {
-        return try_pop();  // deadline passed
+        return try_pop(position);  // deadline passed
       }
     }
   }

@@ -216,7 +216,9 @@ class map_node {
         ring_name_("ring " + stage_.name()) {
     for (std::size_t w = 0; w < stage_.workers(); ++w)
       tracks_.push_back(ctl_.make_track(worker_track_name(stage_.name(), w, stage_.workers())));
-    if (stage_.is_ordered()) {
+    // One worker keeps the input order by itself (it pops and pushes in FIFO order):
+    // only several need the reorder window, and its per-item handshakes.
+    if (stage_.is_ordered() && stage_.workers() > 1) {
       reorder_.emplace(next_power_of_two(4 * stage_.workers() + 60), out_, ctl_);
       ctl_.on_stop([this] { reorder_->wake(); });
     }

@@ -32,7 +32,7 @@
 #include "conveyor/metrics/lane_stats.hpp"
 #include "conveyor/metrics/stage_stats.hpp"
 #include "conveyor/metrics/trace.hpp"
-#include "conveyor/ring/mpmc_ring.hpp"
+#include "conveyor/stage/detail/link.hpp"
 
 namespace conveyor::detail {
 
@@ -65,8 +65,9 @@ struct envelope {
   std::uint64_t items() const noexcept { return metas.empty() ? 1 : metas.size(); }
 };
 
+// The ring between two stages (spsc_ring or mpmc_ring, see link.hpp).
 template <class T>
-using link = mpmc_ring<envelope<T>>;
+using link = ring_link<envelope<T>>;
 
 using latency_recorder = metrics::latency_histogram;
 
