@@ -107,6 +107,26 @@ TEST_CASE("phase_clock: consecutive phases tile time and land in the right count
   REQUIRE(k.busy_ns + k.starved_ns + k.blocked_ns + c.length_ns() == clock.mark_ns() - t0);
 }
 
+TEST_CASE("phase_clock: estimated short waits inside a busy phase go to starved and blocked") {
+  m::stage_stats s{1};
+  auto& w = s.worker(0);
+  const std::int64_t t0 = m::now_ns() - 1000;  // a phase of at least 1000 ns
+  m::phase_clock clock{w, t0};
+  const m::phase a = clock.busy(300, 200);
+  m::stage_counters k = s.snapshot();
+  REQUIRE(k.starved_ns == 300);
+  REQUIRE(k.blocked_ns == 200);
+  REQUIRE(k.busy_ns == a.length_ns() - 500);
+  // Estimates longer than the phase are cut to it, starved first: time is never
+  // charged twice.
+  m::phase_clock late{w, m::now_ns() - 100};
+  const m::phase b = late.busy(1'000'000, 1'000'000);
+  k = s.snapshot();
+  REQUIRE(k.starved_ns == 300 + b.length_ns());
+  REQUIRE(k.blocked_ns == 200);
+  REQUIRE(k.busy_ns == a.length_ns() - 500);
+}
+
 TEST_CASE("gpu_stats: per-lane sums and the compute union across lanes") {
   constexpr std::size_t lanes = 3;
   m::gpu_stats gpu{lanes, 16};

@@ -157,6 +157,21 @@ class phase_clock {
   phase_clock(worker_stats& w, std::int64_t start_ns) noexcept : w_(&w), mark_(start_ns) {}
 
   phase busy() noexcept { return charge(&worker_stats::add_busy); }
+  // As busy(), for a phase that also held short waits measured without a clock read
+  // (estimated starved_ns and blocked_ns, see worker_probe): those are charged to
+  // starved and blocked, at most the whole phase, and the rest to busy.
+  phase busy(std::int64_t starved_ns, std::int64_t blocked_ns) noexcept {
+    const phase p{mark_, now_ns()};
+    mark_ = p.end_ns;
+    std::int64_t left = p.length_ns();
+    starved_ns = starved_ns < left ? starved_ns : left;
+    left -= starved_ns;
+    blocked_ns = blocked_ns < left ? blocked_ns : left;
+    w_->add_starved(starved_ns);
+    w_->add_blocked(blocked_ns);
+    w_->add_busy(left - blocked_ns);
+    return p;
+  }
   phase starved() noexcept { return charge(&worker_stats::add_starved); }
   phase blocked() noexcept { return charge(&worker_stats::add_blocked); }
   // Moves the mark without charging anything (e.g. time spent shutting down).

@@ -197,31 +197,54 @@ class worker_probe {
   worker_probe& operator=(const worker_probe&) = delete;
   ~worker_probe() { before_wait(); }  // the last items' work, when the worker ends
 
-  // Pops from the input ring (with its position when pos is given). Only a pop that had
-  // to wait reads the clock and charges starved time; one that found an item ready is
-  // charged with the phase after it (the work), which saves two of the three clock
-  // reads per item of a stage that keeps up. nullopt: closed and drained.
+  // Pops from the input ring (with its position when pos is given). A pop that found an
+  // item ready reads no clock: it is charged with the phase after it (the work), which
+  // saves two of the three clock reads per item of a stage that keeps up. A pop that has
+  // to wait first spins a little (short_spin_rounds) and, if that was enough, reads no
+  // clock either: the wait is estimated from the rounds spun and charged as starved at
+  // the next clock read. Only a longer wait is timed. nullopt: closed and drained.
   template <class Ring>
   auto pop(Ring& in, std::size_t* pos = nullptr) {
-    auto v = in.try_pop(pos);
-    if (!v) {
-      before_wait();
-      v = in.pop(pos);
-      starved();
+    if (auto v = in.try_pop(pos)) return v;
+    if (on_) {
+      short_spin spin{*this};
+      while (spin.next())
+        if (auto v = in.try_pop(pos)) {
+          spin.end(short_starved_ns_);
+          return v;
+        }
+      spin.end(short_starved_ns_);
     }
+    before_wait();
+    auto v = in.pop(pos);
+    starved();
     return v;
   }
-  // Pushes to the output ring; only a push that had to wait charges blocked time.
-  // false: the ring was closed (the pipeline is stopping).
+  // Pushes to the output ring; waits are charged as blocked, short ones estimated as in
+  // pop(). false: the ring was closed (the pipeline is stopping).
   template <class Ring, class T>
     requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
   bool push(Ring& out, T&& v) {
     if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
+    if (on_) {
+      short_spin spin{*this};
+      while (spin.next())
+        if (out.try_push(std::move(v))) {
+          spin.end(short_blocked_ns_);
+          return true;
+        }
+      spin.end(short_blocked_ns_);
+    }
     before_wait();
     const bool ok = out.push(std::move(v));
     blocked();
     return ok;
   }
+  // Rounds of cpu_relax() + retry before a wait is timed: a few microseconds.
+  static constexpr std::uint32_t short_spin_rounds = 64;
+  // One short wait in round_sample_period times itself, to keep the cost of a round
+  // (cache misses on the other side's index included) current.
+  static constexpr std::uint32_t round_sample_period = 64;
 
   void starved() noexcept {
     if (on_) clock_.starved();
@@ -230,10 +253,12 @@ class worker_probe {
     if (on_) clock_.blocked();
   }
   // Charges busy time since the last mark and draws it as a span named `name`.
+  // Short waits since the last mark (estimated, see pop()) are charged as what they were.
   void busy(const char* name) noexcept {
     if (!on_) return;
     lazy_ = 0;
-    const metrics::phase p = clock_.busy();
+    const metrics::phase p = clock_.busy(short_starved_ns_, short_blocked_ns_);
+    short_starved_ns_ = short_blocked_ns_ = 0;
     if (track_ != nullptr) track_->span(name, p);
   }
   void busy() noexcept { busy(span_); }
@@ -254,7 +279,7 @@ class worker_probe {
   // Charges the work done since the last clock read as busy, before a wait that the
   // caller will charge with starved() or blocked().
   void before_wait() noexcept {
-    if (on_ && lazy_ != 0) busy();
+    if (on_ && (lazy_ != 0 || short_starved_ns_ != 0 || short_blocked_ns_ != 0)) busy();
   }
   // Samples the input ring's occupancy on every occupancy_period-th pop (the first
   // included). Reading the ring's size loads both of its indices, whose cache lines the
@@ -285,8 +310,38 @@ class worker_probe {
   metrics::trace_track* track_;
   const char* span_;
   const char* counter_;
+  // A short wait: spins up to short_spin_rounds, then end() adds its estimated length
+  // to the pending starved or blocked time. Reads the clock only when sampling.
+  class short_spin {
+   public:
+    explicit short_spin(worker_probe& p) noexcept
+        : p_(p), t0_(p.short_waits_++ % round_sample_period == 0 ? now_ns() : 0) {}
+    bool next() noexcept {
+      if (rounds_ == short_spin_rounds) return false;
+      ++rounds_;
+      cpu_relax();
+      return true;
+    }
+    void end(std::int64_t& pending_ns) noexcept {
+      if (t0_ != 0) {
+        const std::int64_t per_round = (now_ns() - t0_) / rounds_;
+        // A moving average over the sampled waits; the first sample sets it.
+        p_.round_ns_ = p_.round_ns_ == 0 ? per_round : (3 * p_.round_ns_ + per_round) / 4;
+      }
+      pending_ns += rounds_ * p_.round_ns_;
+    }
+
+   private:
+    worker_probe& p_;
+    std::int64_t t0_;
+    std::int64_t rounds_ = 0;
+  };
+
   std::uint32_t pops_ = 0;
   std::uint32_t lazy_ = 0;  // items whose work is not charged yet
+  std::uint32_t short_waits_ = 0;
+  std::int64_t round_ns_ = 0;  // estimated cost of one short-wait round
+  std::int64_t short_starved_ns_ = 0, short_blocked_ns_ = 0;  // estimated, not charged yet
 };
 
 }  // namespace conveyor::detail
