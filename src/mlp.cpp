@@ -184,8 +184,13 @@ void mlp::enqueue_classify(const std::uint8_t* pixels, std::uint32_t* labels, st
                            cudaStream_t s, lane_state& l) {
   const mlp_shape& sh = options_.shape;
   kernels::normalize(pixels, l.x.data(), items * sh.input, options_.norm, s);
-  enqueue_forward(l.x.data(), l.logits.data(), items, s, l);
-  kernels::argmax_rows(l.logits.data(), items, sh.classes, labels, s);
+  enqueue_classify_normalized(l.x.data(), labels, items, s, l);
+}
+
+void mlp::enqueue_classify_normalized(const float* x, std::uint32_t* labels, std::size_t items,
+                                      cudaStream_t s, lane_state& l) {
+  enqueue_forward(x, l.logits.data(), items, s, l);
+  kernels::argmax_rows(l.logits.data(), items, options_.shape.classes, labels, s);
 }
 
 template <class Enqueue>
@@ -225,15 +230,23 @@ void mlp::run(lane_state& l, int call, std::size_t items, const void* in, const 
   l.graphs.emplace(key, exec);
 }
 
+namespace {
+// The checks every entry point makes on the calling thread, before enqueueing anything.
+void check_call(const mlp_options& o, const char* call, std::size_t items, std::size_t in_have,
+                std::size_t in_per_item, std::size_t out_have, std::size_t out_per_item) {
+  CONVEYOR_EXPECTS(items <= o.max_items,
+                   "mlp: a batch of " + std::to_string(items) + " items, above max_items " +
+                       std::to_string(o.max_items) + "; raise mlp_options::max_items");
+  CONVEYOR_EXPECTS(in_have >= items * in_per_item && out_have >= items * out_per_item,
+                   std::string("mlp::") + call + ": input or output span too small for " +
+                       std::to_string(items) + " items");
+}
+}  // namespace
+
 void mlp::forward(device_span<const float> in, device_span<float> out, std::size_t items,
                   conveyor::cuda::stream_ref s, std::size_t lane) {
   const mlp_shape& sh = options_.shape;
-  CONVEYOR_EXPECTS(items <= options_.max_items,
-                   "mlp: a batch of " + std::to_string(items) + " items, above max_items " +
-                       std::to_string(options_.max_items) + "; raise mlp_options::max_items");
-  CONVEYOR_EXPECTS(in.size() >= items * sh.input && out.size() >= items * sh.classes,
-                   "mlp::forward: input or output span too small for " + std::to_string(items) +
-                       " items");
+  check_call(options_, "forward", items, in.size(), sh.input, out.size(), sh.classes);
   lane_state& l = lane_for(lane, s);
   run(l, 0, items, in.data(), out.data(), s.native(),
       [&] { enqueue_forward(in.data(), out.data(), items, s.native(), l); });
@@ -241,16 +254,19 @@ void mlp::forward(device_span<const float> in, device_span<float> out, std::size
 
 void mlp::classify(device_span<const std::uint8_t> pixels, device_span<std::uint32_t> labels,
                    std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane) {
-  const mlp_shape& sh = options_.shape;
-  CONVEYOR_EXPECTS(items <= options_.max_items,
-                   "mlp: a batch of " + std::to_string(items) + " items, above max_items " +
-                       std::to_string(options_.max_items) + "; raise mlp_options::max_items");
-  CONVEYOR_EXPECTS(pixels.size() >= items * sh.input && labels.size() >= items,
-                   "mlp::classify: pixel or label span too small for " + std::to_string(items) +
-                       " items");
+  check_call(options_, "classify", items, pixels.size(), options_.shape.input, labels.size(), 1);
   lane_state& l = lane_for(lane, s);
   run(l, 1, items, pixels.data(), labels.data(), s.native(),
       [&] { enqueue_classify(pixels.data(), labels.data(), items, s.native(), l); });
+}
+
+void mlp::classify(device_span<const float> normalized, device_span<std::uint32_t> labels,
+                   std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane) {
+  check_call(options_, "classify", items, normalized.size(), options_.shape.input, labels.size(), 1);
+  lane_state& l = lane_for(lane, s);
+  run(l, 2, items, normalized.data(), labels.data(), s.native(), [&] {
+    enqueue_classify_normalized(normalized.data(), labels.data(), items, s.native(), l);
+  });
 }
 
 }  // namespace conveyor_models

@@ -240,10 +240,20 @@ void reference_mlp::classify(std::span<const std::uint8_t> pixels, normalize_par
   check_size(labels.size(), items, "reference_mlp::classify labels");
   check_size(scratch.size(), scratch_floats(items), "reference_mlp::classify scratch");
   const std::span<float> x = scratch.subspan(0, items * s.input);
-  const std::span<float> logits = scratch.subspan(items * s.input, items * s.classes);
-  const std::span<float> rest = scratch.subspan(items * (s.input + s.classes));
   normalize_ref(pixels.first(items * s.input), x, norm);
-  forward(x, logits, items, rest);
+  classify(x, labels, items, scratch.subspan(items * s.input));
+}
+
+void reference_mlp::classify(std::span<const float> normalized, std::span<std::uint32_t> labels,
+                             std::size_t items, std::span<float> scratch) const {
+  const mlp_shape& s = w_.shape;
+  check_size(normalized.size(), items * s.input, "reference_mlp::classify inputs");
+  check_size(labels.size(), items, "reference_mlp::classify labels");
+  check_size(scratch.size(), scratch_floats(items) - items * s.input,
+             "reference_mlp::classify scratch");
+  const std::span<float> logits = scratch.subspan(0, items * s.classes);
+  const std::span<float> rest = scratch.subspan(items * s.classes);
+  forward(normalized.first(items * s.input), logits, items, rest);
   argmax_rows_ref(logits, items, s.classes, labels);
 }
 

@@ -172,6 +172,14 @@ TEST_CASE("models gpu: the cuBLAS MLP matches the reference at each precision") 
   const auto ref_logits = ref.forward(xn, items);
   check_labels(labels, ref_logits, shape.classes, 2 * tolerance(p) * max_abs(ref_logits));
 
+  // classify from inputs normalized on the CPU: forward -> argmax.
+  auto d_xn = upload(xn, s);
+  for (int rep = 0; rep < 2; ++rep) {  // the second call replays the graph
+    model.classify(d_xn.span(), d_labels.span(), items, s, 0);
+    check_labels(download(d_labels, items, s), ref_logits, shape.classes,
+                 2 * tolerance(p) * max_abs(ref_logits));
+  }
+
   CHECK_THROWS_AS(model.forward(d_x.span(), d_y.span(), 129, s, 0), conveyor::config_error);
   CHECK_THROWS_AS(model.forward(d_x.span(), d_y.span(), items, s, 2), conveyor::config_error);
 }

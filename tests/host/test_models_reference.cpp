@@ -151,6 +151,14 @@ TEST_CASE("models reference: classify is normalize, then forward, then argmax") 
   std::vector<float> scratch(ref.scratch_floats(items));
   ref.classify(px, {}, got, items, scratch);
   CHECK(got == want);
+  // From inputs normalized on the CPU: the same labels, and it needs no room for them.
+  std::vector<std::uint32_t> from_floats(items);
+  std::vector<float> less(ref.scratch_floats(items) - items * shape.input);
+  ref.classify(std::span<const float>(x), from_floats, items, less);
+  CHECK(from_floats == want);
+  std::vector<float> too_small(less.size() - 1);
+  CHECK_THROWS_AS(ref.classify(std::span<const float>(x), from_floats, items, too_small),
+                  conveyor::config_error);
 }
 
 TEST_CASE("models reference: weights are deterministic, bounded and shape-checked") {

@@ -74,6 +74,16 @@ class cpu_mlp {
     });
   }
 
+  // Enqueues forward -> argmax on s from inputs already normalized (on the CPU): for a
+  // pipeline that normalizes in a CPU stage and ships floats. @throws as forward().
+  void classify(device_span<const float> normalized, device_span<std::uint32_t> labels,
+                std::size_t items, conveyor::host::stream_ref s, std::size_t lane) {
+    check(normalized.size(), items * options_.shape.input, labels.size(), items, items, lane);
+    s.enqueue([this, normalized, labels, items, lane] {
+      ref_.classify(normalized.unsafe_host(), labels.unsafe_host(), items, *scratch_[lane]);
+    });
+  }
+
  private:
   void check(std::size_t in_have, std::size_t in_need, std::size_t out_have,
              std::size_t out_need, std::size_t items, std::size_t lane) const {

@@ -69,6 +69,10 @@ class mlp {
   // pixels[0 .. items * input); only the labels are written. @throws as forward().
   void classify(device_span<const std::uint8_t> pixels, device_span<std::uint32_t> labels,
                 std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane);
+  // Enqueues forward -> argmax on s from inputs normalized already (on the CPU): for a
+  // pipeline that normalizes in a CPU stage and ships floats. @throws as forward().
+  void classify(device_span<const float> normalized, device_span<std::uint32_t> labels,
+                std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane);
 
   // Graphs captured so far by a lane (0 without cuda_graphs).
   std::size_t graphs_cached(std::size_t lane) const;
@@ -85,6 +89,8 @@ class mlp {
                        lane_state& l);
   void enqueue_classify(const std::uint8_t* pixels, std::uint32_t* labels, std::size_t items,
                         cudaStream_t s, lane_state& l);
+  void enqueue_classify_normalized(const float* x, std::uint32_t* labels, std::size_t items,
+                                   cudaStream_t s, lane_state& l);
   template <class Enqueue>
   void run(lane_state& l, int call, std::size_t items, const void* in, const void* out,
            cudaStream_t s, Enqueue&& enqueue);

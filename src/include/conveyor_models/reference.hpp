@@ -143,6 +143,9 @@ class reference_mlp {
   void classify(std::span<const std::uint8_t> pixels, normalize_params norm,
                 std::span<std::uint32_t> labels, std::size_t items,
                 std::span<float> scratch) const;
+  // forward -> argmax from inputs normalized already (on the CPU, by the caller).
+  void classify(std::span<const float> normalized, std::span<std::uint32_t> labels,
+                std::size_t items, std::span<float> scratch) const;
 
  private:
   mlp_weights w_;
