@@ -2,7 +2,7 @@
 // an MLP with argmax on the device, labels back — as the loops people write and as a
 // conveyor pipeline, on the same model, in one binary.
 //
-//   ./bench_inference                                      # every peer, ~15 s on 2 cores (host)
+//   ./bench_inference                                      # everything, ~1 min on 2 cores (host)
 //   ./bench_inference --benchmark_filter=conveyor          # the pipeline only
 //   ./bench_inference --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
@@ -18,6 +18,16 @@
 //                    queue (depth 4); the calling thread copies, classifies and syncs each
 //   conveyor/lanes:L source | map(prepare).workers(W).ordered() | batch(B) | gpu segment
 //                    with L lanes (2 slots each) | unbatch | sink, L = 1..4
+// Sweeps of the pipeline (2 lanes, the other knobs at their defaults):
+//   conveyor/batch:B    B = 1, 4, 16, 64, 256, 1024: throughput against latency
+//   conveyor/workers:W  W = 1, 2, 4 prepare workers
+//   conveyor/graphs:on  (CUDA) the model replays a captured CUDA graph per batch shape
+//   conveyor/normalize:cpu  prepare normalizes on the CPU and the pipeline ships floats
+//                      (4 bytes a pixel) instead of bytes normalized by a device kernel
+// The bandwidth probe, for the transfer stage's goodput as a ratio:
+//   bandwidth/h2d:pinned, bandwidth/d2h:pinned   copy_async of 2 x 8 MiB (host) or
+//                    2 x 64 MiB (CUDA) between pinned and device buffers, synchronized
+//   bandwidth/h2d:pageable                       (CUDA) cudaMemcpyAsync from a std::vector
 //
 // Counters:
 //   items_per_second   wall clock (UseRealTime); pipeline construction is not timed
@@ -26,9 +36,16 @@
 //   ideal_items_per_second  1 / the slowest stage measured in isolation in the same run,
 //                      just before the timed loop: prepare (per image, on one thread,
 //                      divided by the W workers the pipeline gets), the device step (H2D +
-//                      classify + D2H of a batch of B, synchronized, per image) and
+//                      classify + D2H of batches of B back to back on one stream, one wait
+//                      at the end, per image) and
 //                      postprocess (per image). The same bound for every peer.
 //   efficiency         items_per_second / ideal_items_per_second
+//   latency_p50_ms, latency_p95_ms  conveyor: item latency (source -> sink) from the report
+//   h2d_bytes_per_second  conveyor: the lanes' H2D bytes / time in H2D (goodput); compare
+//                      with bandwidth/h2d:pinned's bytes_per_second from the same run
+//   bytes_per_second   bandwidth probes
+// JSON: --benchmark_out=inf.json --benchmark_out_format=json; a short table of it:
+// python3 benchmarks/summarize.py inf.json.
 // On the host runtime the "device" is CPU threads too, so on 2 cores prepare and the
 // model compete for the same cores and efficiency cannot reach 1; the figure says how
 // much of the stage bound survives that. Every label is checked against the serial
@@ -45,10 +62,12 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -68,12 +87,28 @@ struct config {
   std::size_t items = 2000;       // per iteration
   std::size_t workers = 2;        // W: prepare workers in the pipeline
   int prepare_rounds = 8;         // CPU preprocessing cost per image
+  std::size_t copy_bytes = 8u << 20;  // per copy of the bandwidth probe
 };
 
-struct image {
-  std::uint64_t id;
-  std::vector<std::uint8_t> px;
+constexpr std::size_t sweep_batches[] = {1, 4, 16, 64, 256, 1024};
+constexpr std::size_t max_batch = 1024;  // the largest batch any benchmark uses
+
+// One configuration of the pipeline.
+struct run_opts {
+  std::size_t lanes = 2;
+  std::size_t batch = 0;    // 0: the config's
+  std::size_t workers = 0;  // 0: the config's
+  bool graphs = false;      // CUDA: the model with cuda_graphs
+  bool cpu_normalize = false;  // normalize in prepare and ship floats (else bytes, normalized on the device)
 };
+
+// A prepared image: pixels as bytes, or (normalized on the CPU) as floats.
+template <class Elem>
+struct prepared {
+  std::uint64_t id;
+  std::vector<Elem> px;
+};
+using image = prepared<std::uint8_t>;
 struct label {
   std::uint64_t id;
   std::uint32_t cls;
@@ -100,27 +135,46 @@ image prepare(std::uint64_t id, const config& c) {
   return im;
 }
 
+// prepare, then normalize on the CPU (what the model's kernel does on the device).
+template <class Elem>
+prepared<Elem> prepare_as(std::uint64_t id, const config& c) {
+  if constexpr (std::is_same_v<Elem, std::uint8_t>) {
+    return prepare(id, c);
+  } else {
+    const image im = prepare(id, c);
+    prepared<float> out{id, std::vector<float>(c.shape.input)};
+    cm::normalize_ref(im.px, out.px, cm::normalize_params{});
+    return out;
+  }
+}
+
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// One synchronous device step: B images already in pinned memory -> labels in pinned memory.
-template <class R>
+// One synchronous device step: B images already in pinned memory -> labels in pinned
+// memory. Elem: uint8 pixels (the model normalizes on the device) or normalized floats.
+template <class R, class Elem = std::uint8_t>
 struct device_step {
   device_step(std::size_t batch, std::size_t n)
       : in(batch * n), d_in(batch * n), d_out(batch), out(batch), n_(n) {}
 
+  // Enqueues H2D, classify and D2H of `items` images; nothing waits.
   template <class Model>
-  void run(Model& model, std::size_t items, std::size_t lane) {
+  void enqueue(Model& model, std::size_t items, std::size_t lane) {
     copy_async(d_in.span().subspan(0, items * n_), in.span().subspan(0, items * n_), s);
     model.classify(d_in.span().subspan(0, items * n_), d_out.span(), items, s, lane);
     copy_async(out.span().subspan(0, items), d_out.span().subspan(0, items), s);
+  }
+  template <class Model>
+  void run(Model& model, std::size_t items, std::size_t lane) {
+    enqueue(model, items, lane);
     s.synchronize();
   }
 
   typename R::stream s;
-  typename R::template pinned_buffer<std::uint8_t> in;
-  typename R::template device_buffer<std::uint8_t> d_in;
+  typename R::template pinned_buffer<Elem> in;
+  typename R::template device_buffer<Elem> d_in;
   typename R::template device_buffer<std::uint32_t> d_out;
   typename R::template pinned_buffer<std::uint32_t> out;
   std::size_t n_;
@@ -132,8 +186,7 @@ template <class R>
 struct bench_env {
   static constexpr std::size_t max_lanes = 4;
   explicit bench_env(const config& c)
-      : cfg(c), model(cm::mlp_options{.shape = c.shape, .lanes = max_lanes + 1, .max_items = c.batch}),
-        step(c.batch, c.shape.input) {
+      : cfg(c), model(options(c, false)), step(max_batch, c.shape.input) {
     expected.resize(c.items);
     for (std::uint64_t id = 0; id < c.items; ++id) {  // one at a time, as the serial peer
       prepare_into(id, step.in.data(), c.shape.input, c.prepare_rounds, tmp);
@@ -142,23 +195,57 @@ struct bench_env {
     }
   }
 
-  // The bound: 1 / the slowest stage, each measured alone, now. Each stage is measured
-  // five times and the fastest kept: other processes on the cores only ever slow a probe.
-  double ideal_items_per_second() {
+  static cm::mlp_options options(const config& c, bool graphs) {
+    return {.shape = c.shape, .lanes = max_lanes + 1, .max_items = max_batch, .cuda_graphs = graphs};
+  }
+  // The model a run uses: the graph-capturing one is made on first use.
+  cm::model_t<R>& model_for(bool graphs) {
+    if (!graphs) return model;
+    if (!graph_model) graph_model = std::make_unique<cm::model_t<R>>(options(cfg, true));
+    return *graph_model;
+  }
+
+  // The device step for Elem inputs (the float one is made on first use).
+  template <class Elem>
+  device_step<R, Elem>& step_for() {
+    if constexpr (std::is_same_v<Elem, std::uint8_t>) {
+      return step;
+    } else {
+      if (!float_step) float_step = std::make_unique<device_step<R, float>>(max_batch, cfg.shape.input);
+      return *float_step;
+    }
+  }
+
+  // The bound: 1 / the slowest stage, each measured alone, now, for batches of `batch`,
+  // `workers` prepare workers and Elem inputs (floats: normalized in prepare, 4 bytes a
+  // pixel over the copy). Each stage is measured five times and the fastest kept: other
+  // processes on the cores only ever slow a probe.
+  template <class Elem = std::uint8_t>
+  double ideal_items_per_second(std::size_t batch = 0, std::size_t workers = 0) {
+    if (batch == 0) batch = cfg.batch;
+    if (workers == 0) workers = cfg.workers;
     constexpr std::size_t probe = 200;
-    constexpr int batches = 10, repeats = 5;
+    constexpr int repeats = 5;
+    const int batches = static_cast<int>(std::max<std::size_t>(2, 256 / batch));
     const std::size_t n = cfg.shape.input;
+    auto& st = step_for<Elem>();
+    for (std::size_t i = 0; i < batch; ++i) {
+      const auto im = prepare_as<Elem>(i, cfg);
+      std::copy(im.px.begin(), im.px.end(), st.in.data() + i * n);
+    }
     double prepare_s = 1e9, device_s = 1e9, post_s = 1e9;
-    for (std::size_t i = 0; i < cfg.batch; ++i) prepare_into(i, step.in.data() + i * n, n, 0, tmp);
-    step.run(model, cfg.batch, max_lanes);  // warm
+    st.run(model, batch, max_lanes);  // warm
     std::vector<std::uint32_t> labels(probe);
     for (int r = 0; r < repeats; ++r) {
       auto t0 = clock_type::now();
-      for (std::uint64_t id = 0; id < probe; ++id) benchmark::DoNotOptimize(prepare(id, cfg));
-      prepare_s = std::min(prepare_s, seconds_since(t0) / probe / static_cast<double>(cfg.workers));
+      for (std::uint64_t id = 0; id < probe; ++id) benchmark::DoNotOptimize(prepare_as<Elem>(id, cfg));
+      prepare_s = std::min(prepare_s, seconds_since(t0) / probe / static_cast<double>(workers));
+      // The device's own rate: batches back to back on one stream, one wait at the end
+      // (a wait per batch would add a host round trip that a pipeline hides).
       t0 = clock_type::now();
-      for (int b = 0; b < batches; ++b) step.run(model, cfg.batch, max_lanes);
-      device_s = std::min(device_s, seconds_since(t0) / (batches * static_cast<double>(cfg.batch)));
+      for (int b = 0; b < batches; ++b) st.enqueue(model, batch, max_lanes);
+      st.s.synchronize();
+      device_s = std::min(device_s, seconds_since(t0) / (batches * static_cast<double>(batch)));
       t0 = clock_type::now();
       for (std::size_t i = 0; i < probe; ++i) labels[i] = static_cast<std::uint32_t>(i) ^ 1u;
       benchmark::DoNotOptimize(labels.data());
@@ -187,7 +274,9 @@ struct bench_env {
 
   config cfg;
   cm::model_t<R> model;
+  std::unique_ptr<cm::model_t<R>> graph_model;  // with cuda_graphs; made on first use
   device_step<R> step;
+  std::unique_ptr<device_step<R, float>> float_step;  // made on first use
   std::vector<std::uint32_t> expected;
   std::vector<std::uint8_t> tmp;
 };
@@ -282,29 +371,34 @@ void thread_queue(benchmark::State& state, bench_env<R>& env) {
   env.finish(state, ideal, timed_s, got);
 }
 
-template <class R>
-void pipelined(benchmark::State& state, bench_env<R>& env) {
+template <class R, class Elem>
+void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
+  using item_t = prepared<Elem>;
   const config& c = env.cfg;
-  const auto lanes = static_cast<std::size_t>(state.range(0));
-  const double ideal = env.ideal_items_per_second();
+  const std::size_t lanes = o.lanes;
+  const std::size_t batch = o.batch != 0 ? o.batch : c.batch;
+  const std::size_t workers = o.workers != 0 ? o.workers : c.workers;
+  const double ideal = env.template ideal_items_per_second<Elem>(batch, workers);
   const std::size_t n = c.shape.input;
-  auto& model = env.model;
+  auto& model = env.model_for(o.graphs);
   std::vector<std::uint32_t> got(c.items);
   double busy = 0.0, timed_s = 0;
+  conveyor::report last;
   for (auto _ : state) {
     state.PauseTiming();  // construction makes streams (and on CUDA, cuBLAS handles)
-    auto segment = conveyor::gpu<R, std::uint8_t, std::uint32_t>(
-        {.lanes = lanes, .slots_per_lane = 2, .in_elems = c.batch * n, .out_elems = c.batch,
+    auto segment = conveyor::gpu<R, Elem, std::uint32_t>(
+        {.lanes = lanes, .slots_per_lane = 2, .in_elems = batch * n, .out_elems = batch,
          .name = "mlp"},
-        [n](std::vector<image>& b, typename R::template pinned_span<std::uint8_t> dst) {
-          for (std::size_t i = 0; i < b.size(); ++i) std::memcpy(dst.data() + i * n, b[i].px.data(), n);
+        [n](std::vector<item_t>& b, typename R::template pinned_span<Elem> dst) {
+          for (std::size_t i = 0; i < b.size(); ++i)
+            std::memcpy(dst.data() + i * n, b[i].px.data(), n * sizeof(Elem));
           return b.size() * n;
         },
-        [&model](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {
+        [&model](conveyor::lane_batch<R, Elem, std::uint32_t>& l) {
           model.classify(l.in, l.out, l.items, l.stream, l.lane);
           return l.items;
         },
-        [](std::vector<image>&& b, typename R::template pinned_span<const std::uint32_t> cls) {
+        [](std::vector<item_t>&& b, typename R::template pinned_span<const std::uint32_t> cls) {
           std::vector<label> out;
           out.reserve(b.size());
           for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i].id, cls[i]});
@@ -316,18 +410,74 @@ void pipelined(benchmark::State& state, bench_env<R>& env) {
           if (i == c.items) return std::nullopt;
           return i++;
         }) |
-        conveyor::map([&c](std::uint64_t id) { return prepare(id, c); }).workers(c.workers).ordered().name("prepare") |
-        conveyor::batch(c.batch) | std::move(segment) | conveyor::unbatch() |
+        conveyor::map([&c](std::uint64_t id) { return prepare_as<Elem>(id, c); }).workers(workers).ordered().name("prepare") |
+        conveyor::batch(batch) | std::move(segment) | conveyor::unbatch() |
         conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
     state.ResumeTiming();
     const auto t0 = clock_type::now();
-    const conveyor::report r = p.run();
+    last = p.run();
     timed_s += seconds_since(t0);
-    busy += r.gpu_busy_fraction;
+    busy += last.gpu_busy_fraction;
   }
   state.counters["gpu_busy_fraction"] = busy / static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  // The last iteration's latency and transfer goodput.
+  state.counters["latency_p50_ms"] = last.item_latency.p50_s * 1e3;
+  state.counters["latency_p95_ms"] = last.item_latency.p95_s * 1e3;
+  double h2d_bytes = 0, h2d_s = 0;
+  for (const auto& l : last.lanes) {
+    h2d_bytes += static_cast<double>(l.h2d_bytes);
+    h2d_s += l.h2d_s;
+  }
+  if (h2d_s > 0) state.counters["h2d_bytes_per_second"] = h2d_bytes / h2d_s;
   env.finish(state, ideal, timed_s, got);
 }
+
+template <class R>
+void pipelined(benchmark::State& state, bench_env<R>& env, run_opts o) {
+  if (o.cpu_normalize)
+    pipelined_as<R, float>(state, env, o);
+  else
+    pipelined_as<R, std::uint8_t>(state, env, o);
+}
+
+// Peak copy bandwidth between a pinned and a device buffer of c.copy_bytes, in one
+// direction: two copies in flight on one stream, synchronized per pair.
+template <class R>
+void bandwidth_pinned(benchmark::State& state, bench_env<R>& env, bool h2d) {
+  const std::size_t bytes = env.cfg.copy_bytes;
+  typename R::stream s;
+  typename R::template pinned_buffer<std::byte> host(2 * bytes);
+  typename R::template device_buffer<std::byte> dev(2 * bytes);
+  for (auto _ : state) {
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (h2d)
+        copy_async(dev.span().subspan(k * bytes, bytes), host.span().subspan(k * bytes, bytes), s);
+      else
+        copy_async(host.span().subspan(k * bytes, bytes), dev.span().subspan(k * bytes, bytes), s);
+    }
+    s.synchronize();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * bytes));
+}
+
+#if CONVEYOR_HAS_CUDA
+// The same H2D copies from pageable memory (a std::vector): what a loop that skips
+// pinned staging gets; the runtime takes only pinned spans, so this goes to CUDA directly.
+void bandwidth_pageable_h2d(benchmark::State& state, const config& c) {
+  const std::size_t bytes = c.copy_bytes;
+  conveyor::cuda::stream s;
+  std::vector<std::byte> host(2 * bytes, std::byte{1});
+  conveyor::cuda::device_buffer<std::byte> dev(2 * bytes);
+  for (auto _ : state) {
+    for (std::size_t k = 0; k < 2; ++k)
+      CONVEYOR_CUDA_TRY(cudaMemcpyAsync(dev.span().subspan(k * bytes, bytes).data(),
+                                        host.data() + k * bytes, bytes, cudaMemcpyHostToDevice,
+                                        s.native()));
+    s.synchronize();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * bytes));
+}
+#endif
 
 template <class R>
 void register_all(const config& c) {
@@ -344,8 +494,29 @@ void register_all(const config& c) {
       ->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark((rt + "/thread_queue").c_str(), [get](benchmark::State& s) { thread_queue<R>(s, get()); })
       ->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark((rt + "/conveyor").c_str(), [get](benchmark::State& s) { pipelined<R>(s, get()); })
-      ->ArgName("lanes")->DenseRange(1, 4)->UseRealTime()->Unit(benchmark::kMillisecond);
+  auto conveyor_run = [get](const std::string& name, run_opts o) {
+    benchmark::RegisterBenchmark(name.c_str(), [get, o](benchmark::State& s) { pipelined<R>(s, get(), o); })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+  };
+  for (std::size_t lanes = 1; lanes <= bench_env<R>::max_lanes; ++lanes)
+    conveyor_run(rt + "/conveyor/lanes:" + std::to_string(lanes), {.lanes = lanes});
+  for (const std::size_t b : sweep_batches)
+    conveyor_run(rt + "/conveyor/batch:" + std::to_string(b), {.batch = b});
+  for (const std::size_t w : {1, 2, 4})
+    conveyor_run(rt + "/conveyor/workers:" + std::to_string(w), {.workers = w});
+  if constexpr (!std::is_same_v<R, conveyor::host::runtime>)
+    conveyor_run(rt + "/conveyor/graphs:on", {.graphs = true});
+  conveyor_run(rt + "/conveyor/normalize:cpu", {.cpu_normalize = true});
+  for (const bool h2d : {true, false})
+    benchmark::RegisterBenchmark((rt + (h2d ? "/bandwidth/h2d:pinned" : "/bandwidth/d2h:pinned")).c_str(),
+                                 [get, h2d](benchmark::State& s) { bandwidth_pinned<R>(s, get(), h2d); })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+#if CONVEYOR_HAS_CUDA
+  if constexpr (std::is_same_v<R, conveyor::cuda::runtime>)
+    benchmark::RegisterBenchmark((rt + "/bandwidth/h2d:pageable").c_str(),
+                                 [c](benchmark::State& s) { bandwidth_pageable_h2d(s, c); })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
 }
 
 void add_context(const char* runtime, const config& c) {
@@ -373,14 +544,15 @@ int main(int argc, char** argv) {
 #if CONVEYOR_HAS_CUDA
   if (conveyor::cuda::device_count() > 0) {
     const config c{.shape = {.input = 784, .hidden = 1024, .layers = 4, .classes = 10},
-                   .batch = 256, .items = 32768, .workers = 4, .prepare_rounds = 8};
+                   .batch = 256, .items = 32768, .workers = 4, .prepare_rounds = 8,
+                   .copy_bytes = std::size_t{64} << 20};
     add_context("cuda (conveyor_models::mlp, cuBLAS)", c);
     register_all<conveyor::cuda::runtime>(c);
   } else
 #endif
   {
     const config c{.shape = {.input = 256, .hidden = 128, .layers = 3, .classes = 10},
-                   .batch = 32, .items = 2000, .workers = 2, .prepare_rounds = 8};
+                   .batch = 32, .items = 4096, .workers = 2, .prepare_rounds = 8};
     add_context("host (no GPU: conveyor_models::cpu_mlp on host streams)", c);
     register_all<conveyor::host::runtime>(c);
   }

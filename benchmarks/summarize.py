@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Turns Google Benchmark JSON from bench_rings / bench_pipeline into the ratio tables of
+"""Turns Google Benchmark JSON from bench_rings / bench_pipeline / bench_inference into the tables of
 benchmarks/RESULTS.md: medians of the repetitions, each figure divided by its peer from
 the same run (machines are shared and noisy; only same-run ratios are compared).
 
@@ -8,6 +8,7 @@ the same run (machines are shared and noisy; only same-run ratios are compared).
   python3 benchmarks/summarize.py rings.json [pipeline.json ...]
 """
 import json
+import re
 import sys
 
 
@@ -78,7 +79,7 @@ def rings(m):
 def pipeline(m):
     """bench_pipeline and bench_inference: throughput, efficiency against the stage bound
     measured in the same run, and the ratio to the peers in the same run."""
-    ips = {short(k): v for k, v in sorted(m.items())}
+    ips = {short(k): v for k, v in sorted(m.items()) if "/bandwidth/" not in k}
     inference = any(k.split("/")[1:2] == ["serial"] for k in ips)
     print("| benchmark | items/s | efficiency | GPU busy | ratio |")
     print("| --- | --- | --- | --- | --- |")
@@ -105,6 +106,35 @@ def pipeline(m):
             print(f"\nmetrics on / off (trivial, {w} worker{'s' if w > 1 else ''}): {on / off:.2f}")
 
 
+def inference(m):
+    """bench_inference's sweeps: latency and transfer goodput beside throughput, and the
+    bandwidth probe that the goodput is a ratio of."""
+    def natural(item):  # batch:4 before batch:16
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", item[0])]
+
+    runs = dict(sorted(((short(k), v) for k, v in m.items()), key=natural))
+    peak = {}
+    for k, v in runs.items():
+        if "/bandwidth/" in k:
+            peak[k.split("/bandwidth/")[1]] = v.get("bytes_per_second", 0.0)
+    if peak:
+        print("\n| copy | GB/s |")
+        print("| --- | --- |")
+        for k, v in peak.items():
+            print(f"| {k} | {v / 1e9:.2f} |")
+    pinned = peak.get("h2d:pinned")
+    print("\n| pipeline | items/s | efficiency | P50 ms | P95 ms | H2D goodput / pinned peak |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for k, v in runs.items():
+        if "/conveyor/" not in k:
+            continue
+        good = v.get("h2d_bytes_per_second")
+        ratio = f"{good / pinned:.2f}" if good and pinned else ""
+        print(f"| {k} | {fmt_rate(v.get('items_per_second', 0.0))} | "
+              f"{v.get('efficiency', 0.0):.3f} | {v.get('latency_p50_ms', 0.0):.2f} | "
+              f"{v.get('latency_p95_ms', 0.0):.2f} | {ratio} |")
+
+
 def main():
     for path in sys.argv[1:]:
         m, ctx = medians(path)
@@ -114,6 +144,8 @@ def main():
             rings(m)
         else:
             pipeline(m)
+            if any("/bandwidth/" in k for k in m):
+                inference(m)
         print()
 
 
