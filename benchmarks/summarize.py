@@ -38,6 +38,11 @@ def fmt_rate(v):
     return f"{v / 1e6:.2f} M/s" if v >= 1e6 else f"{v / 1e3:.1f} k/s"
 
 
+def natural(item):
+    """Sort key for (name, value) pairs: batch:4 before batch:16."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", item[0])]
+
+
 def rings(m):
     ips = {short(k): v.get("items_per_second", 0.0) for k, v in sorted(m.items())}
     print("| workload | conveyor | fastest peer | conveyor / peer | block / try (conveyor) |")
@@ -79,7 +84,8 @@ def rings(m):
 def pipeline(m):
     """bench_pipeline and bench_inference: throughput, efficiency against the stage bound
     measured in the same run, and the ratio to the peers in the same run."""
-    ips = {short(k): v for k, v in sorted(m.items()) if "/bandwidth/" not in k}
+    ips = dict(sorted(((short(k), v) for k, v in m.items() if "/bandwidth/" not in k),
+                      key=natural))
     inference = any(k.split("/")[1:2] == ["serial"] for k in ips)
     print("| benchmark | items/s | efficiency | GPU busy | ratio |")
     print("| --- | --- | --- | --- | --- |")
@@ -109,9 +115,6 @@ def pipeline(m):
 def inference(m):
     """bench_inference's sweeps: latency and transfer goodput beside throughput, and the
     bandwidth probe that the goodput is a ratio of."""
-    def natural(item):  # batch:4 before batch:16
-        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", item[0])]
-
     runs = dict(sorted(((short(k), v) for k, v in m.items()), key=natural))
     peak = {}
     for k, v in runs.items():

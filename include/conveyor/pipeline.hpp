@@ -17,6 +17,8 @@
 // names the stage and the item and nests the original exception — after every thread has
 // joined. Accounting always holds: produced == completed + failed + cancelled.
 // Memory is bounded: items in flight <= the ring capacities + what stages hold.
+// Hops: a ring with one thread at each end (a source, a one-worker or ordered map, a
+// batcher, a one-worker sink) is an spsc_ring, any other an mpmc_ring (detail/link.hpp).
 // Diagnosis: run()/stop()/wait()/report() return a conveyor::report (per-stage table,
 // lanes, latency, the verdict naming the bottleneck). Options turn on a bounded trace
 // and a live progress line, or turn measuring off:
