@@ -281,6 +281,52 @@ TEST_CASE("pipeline metrics: waits too short to be timed are still charged as wa
   }
 }
 
+namespace {
+// A ring whose try_pop fails `fail` times and then delivers; the failure numbered
+// `stall_at` (0-based) stalls first, as a thread preempted there would. Drives
+// worker_probe's short waits deterministically: its first try_pop is failure 0, the
+// short spin's retries the ones after.
+struct scripted_ring {
+  int fail = 0;
+  int stall_at = -1;
+  std::chrono::milliseconds stall{0};
+  int calls = 0;
+  std::optional<int> try_pop(std::size_t* = nullptr) {
+    if (fail == 0) return 1;
+    --fail;
+    if (calls++ == stall_at) std::this_thread::sleep_for(stall);
+    return std::nullopt;
+  }
+  std::optional<int> pop(std::size_t* = nullptr) { return 1; }
+};
+}  // namespace
+
+TEST_CASE("worker_probe: a short wait preempted in the middle is charged once, not to every later one") {
+  using namespace std::chrono_literals;
+  detail::control ctl{true};
+  metrics::stage_stats stats{1};
+  {
+    detail::worker_probe probe{ctl, stats.worker(0), nullptr, "s", nullptr};
+    // The first short wait is sampled (timed); it stalls 20 ms inside its spin.
+    scripted_ring first{.fail = 1 + 10, .stall_at = 3, .stall = 20ms};
+    REQUIRE(probe.pop(first) == std::optional<int>{1});
+    // 63 more of 10 rounds each, estimated from the cost of a round.
+    for (int i = 0; i < 63; ++i) {
+      scripted_ring r{.fail = 1 + 10};
+      REQUIRE(probe.pop(r) == std::optional<int>{1});
+    }
+    std::this_thread::sleep_for(30ms);  // "work"
+    probe.busy();
+  }
+  const metrics::stage_counters c = stats.snapshot();
+  CAPTURE(c.starved_ns, c.busy_ns);
+  // The stall was waiting: starved gets its 20 ms; the 630 estimated rounds add at most
+  // 2 us each (the bound on a round), which is all the 30 ms of work can lose to them.
+  CHECK(c.starved_ns >= 20'000'000);
+  CHECK(c.starved_ns <= 20'000'000 + 630 * 2'000 + 5'000'000);
+  CHECK(c.busy_ns >= 30'000'000 - 630 * 2'000);
+}
+
 TEST_CASE("pipeline metrics off: accounting kept, nothing timed, verdict unmeasured") {
   const std::uint64_t n = t::scaled(20'000);
   std::uint64_t sum = 0;

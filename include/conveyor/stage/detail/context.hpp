@@ -13,6 +13,7 @@
 // setup only (before any stage thread runs). A worker_probe belongs to one thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -323,13 +324,20 @@ class worker_probe {
       return true;
     }
     void end(std::int64_t& pending_ns) noexcept {
-      if (t0_ != 0) {
-        const std::int64_t per_round = (now_ns() - t0_) / rounds_;
-        // A moving average over the sampled waits; the first sample sets it.
-        p_.round_ns_ = p_.round_ns_ == 0 ? per_round : (3 * p_.round_ns_ + per_round) / 4;
+      if (t0_ == 0) {
+        pending_ns += rounds_ * p_.round_ns_;
+        return;
       }
-      pending_ns += rounds_ * p_.round_ns_;
+      // A sampled wait is charged as timed. Its cost per round feeds a moving average
+      // (the first sample sets it), bounded so that a wait preempted in the middle (tens
+      // of milliseconds on a loaded machine) cannot make every later estimate huge.
+      const std::int64_t waited = now_ns() - t0_;
+      pending_ns += waited;
+      std::int64_t per_round = std::min<std::int64_t>(waited / rounds_, max_round_ns);
+      if (p_.round_ns_ != 0) per_round = std::min(per_round, 2 * p_.round_ns_);
+      p_.round_ns_ = p_.round_ns_ == 0 ? per_round : (3 * p_.round_ns_ + per_round) / 4;
     }
+    static constexpr std::int64_t max_round_ns = 2000;  // a pause and a retry: far less
 
    private:
     worker_probe& p_;
