@@ -207,15 +207,8 @@ class worker_probe {
   template <class Ring>
   auto pop(Ring& in, std::size_t* pos = nullptr) {
     if (auto v = in.try_pop(pos)) return v;
-    if (on_) {
-      short_spin spin{*this};
-      while (spin.next())
-        if (auto v = in.try_pop(pos)) {
-          spin.end(short_starved_ns_);
-          return v;
-        }
-      spin.end(short_starved_ns_);
-    }
+    if (on_)
+      if (auto v = short_wait([&] { return in.try_pop(pos); }, short_starved_ns_)) return v;
     before_wait();
     auto v = in.pop(pos);
     starved();
@@ -227,15 +220,8 @@ class worker_probe {
     requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
   bool push(Ring& out, T&& v) {
     if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
-    if (on_) {
-      short_spin spin{*this};
-      while (spin.next())
-        if (out.try_push(std::move(v))) {
-          spin.end(short_blocked_ns_);
-          return true;
-        }
-      spin.end(short_blocked_ns_);
-    }
+    if (on_ && short_wait([&] { return out.try_push(std::move(v)); }, short_blocked_ns_))
+      return true;
     before_wait();
     const bool ok = out.push(std::move(v));
     blocked();
@@ -311,8 +297,24 @@ class worker_probe {
   metrics::trace_track* track_;
   const char* span_;
   const char* counter_;
-  // A short wait: spins up to short_spin_rounds, then end() adds its estimated length
-  // to the pending starved or blocked time. Reads the clock only when sampling.
+  // Retries attempt() for up to short_spin_rounds rounds; returns its first result that
+  // converts to true (an item, or a successful push), else an empty one. The wait's
+  // estimated length goes to pending_ns (starved or blocked). Results are returned, never
+  // assigned: item types need not be assignable.
+  template <class Attempt>
+  auto short_wait(Attempt&& attempt, std::int64_t& pending_ns) -> decltype(attempt()) {
+    short_spin spin{*this};
+    while (spin.next())
+      if (auto r = attempt()) {
+        spin.end(pending_ns);
+        return r;
+      }
+    spin.end(pending_ns);
+    return {};
+  }
+
+  // A short wait's rounds and, when sampled, its start: end() adds its estimated
+  // length to the pending starved or blocked time. Reads the clock only when sampling.
   class short_spin {
    public:
     explicit short_spin(worker_probe& p) noexcept
