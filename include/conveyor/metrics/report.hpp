@@ -40,8 +40,6 @@
 
 namespace conveyor::metrics {
 
-enum class stage_kind { source, map, batch, unbatch, gpu, sink };
-
 enum class verdict_kind {
   idle,                // no items went through
   cpu_stage_bound,     // a CPU stage is at capacity and the stages after it (the GPU) wait
@@ -54,18 +52,6 @@ enum class verdict_kind {
   balanced,            // no single stage limits throughput
   unmeasured,          // the pipeline ran with metrics off: nothing to diagnose from
 };
-
-inline std::string_view to_string(stage_kind k) noexcept {
-  switch (k) {
-    case stage_kind::source: return "source";
-    case stage_kind::map: return "map";
-    case stage_kind::batch: return "batch";
-    case stage_kind::unbatch: return "unbatch";
-    case stage_kind::gpu: return "gpu";
-    case stage_kind::sink: return "sink";
-  }
-  return "?";
-}
 
 inline std::string_view to_string(verdict_kind k) noexcept {
   switch (k) {

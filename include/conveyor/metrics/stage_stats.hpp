@@ -31,11 +31,27 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "conveyor/config.hpp"
 #include "conveyor/metrics/clock.hpp"
 
 namespace conveyor::metrics {
+
+// What kind of stage a stage_stats belongs to (the report and the verdict read it).
+enum class stage_kind { source, map, batch, unbatch, gpu, sink };
+
+inline std::string_view to_string(stage_kind k) noexcept {
+  switch (k) {
+    case stage_kind::source: return "source";
+    case stage_kind::map: return "map";
+    case stage_kind::batch: return "batch";
+    case stage_kind::unbatch: return "unbatch";
+    case stage_kind::gpu: return "gpu";
+    case stage_kind::sink: return "sink";
+  }
+  return "?";
+}
 
 // A stage's totals at one moment (see stage_stats::snapshot()).
 struct stage_counters {
