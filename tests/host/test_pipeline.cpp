@@ -97,6 +97,50 @@ TEST_CASE("pipeline: fixed and dynamic batches, flushed at the end, unbatched in
   }
 }
 
+TEST_CASE("meta_list: one pointer that grows, appends, copies and moves its items") {
+  using detail::item_meta;
+  using detail::meta_list;
+  STATIC_REQUIRE(sizeof(meta_list) == sizeof(void*));
+  meta_list a;
+  REQUIRE(a.empty());
+  REQUIRE(a.size() == 0);
+  REQUIRE(a.begin() == a.end());
+  for (std::uint64_t i = 0; i < 100; ++i) a.push_back(item_meta{i, std::int64_t(i) * 10, 7});
+  REQUIRE(a.size() == 100);
+  REQUIRE(a.capacity() >= 100);
+  for (std::uint64_t i = 0; i < 100; ++i) {
+    REQUIRE(a[i].seq == i);
+    REQUIRE(a[i].t0_ns == std::int64_t(i) * 10);
+    REQUIRE(a[i].ticket == 7u);
+  }
+
+  meta_list b;
+  b.reserve(4);
+  b.push_back(item_meta{1000, 0, detail::no_ticket});
+  b.append(a);
+  b.append(meta_list{});  // appending nothing changes nothing
+  REQUIRE(b.size() == 101);
+  REQUIRE(b[0].seq == 1000);
+  REQUIRE(b[100].seq == 99);
+
+  meta_list c = b;  // a deep copy
+  b.push_back(item_meta{2000, 0, 0});
+  REQUIRE(c.size() == 101);
+  REQUIRE(b.size() == 102);
+  REQUIRE(c[100].seq == 99);
+
+  meta_list d = std::move(c);
+  REQUIRE(c.empty());  // NOLINT(bugprone-use-after-move): a moved-from list is empty
+  REQUIRE(d.size() == 101);
+  d = a;
+  REQUIRE(d.size() == 100);
+  d = meta_list{};
+  REQUIRE(d.empty());
+  std::uint64_t sum = 0;
+  for (const item_meta& m : a) sum += m.seq;
+  REQUIRE(sum == 99 * 100 / 2);
+}
+
 TEST_CASE("pipeline: a dynamic batch leaves at its deadline with what it has") {
   // The source hands out 3 items, then waits on a gate the sink opens: only the batch's
   // deadline can get those 3 items to the sink. A fixed batch of 8 would hang here.

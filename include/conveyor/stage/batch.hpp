@@ -166,7 +166,7 @@ class batch_node {
       b.metas.push_back(item.meta);
     } else {
       // Batching a batch: the items keep their identities; the batch counts them all.
-      b.metas.insert(b.metas.end(), item.metas.begin(), item.metas.end());
+      b.metas.append(item.metas);
     }
   }
 

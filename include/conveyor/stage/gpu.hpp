@@ -355,7 +355,7 @@ class gpu_node {
           }
         }
         const item_meta meta = f->batch.meta;
-        std::vector<item_meta> metas = std::move(f->batch.metas);
+        meta_list metas = std::move(f->batch.metas);
         const std::int64_t out_start = complete_track != nullptr ? now_ns() : 0;
         {
           metrics::nvtx_range range{"stage-out"};

@@ -90,7 +90,7 @@ class terminal_node {
         break;
       }
       const item_meta meta = in->meta;
-      std::vector<item_meta> metas = std::move(in->metas);
+      meta_list metas = std::move(in->metas);
       try {
         metrics::nvtx_range range{probe.span_name()};
         deliver_(std::move(*in));

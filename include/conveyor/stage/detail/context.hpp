@@ -16,12 +16,16 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "conveyor/config.hpp"
@@ -55,13 +59,72 @@ struct item_meta {
   std::uint32_t ticket = no_ticket;
 };
 
+// The identities of the items a batch holds, in one pointer. Every envelope crosses a
+// ring at every hop, and the ring's slots are its size: for single items (the common
+// case) an empty list keeps the envelope small (40 bytes around a 64-bit value; a
+// std::vector made it 56, and hops of small items slower: see "per-item overhead" in
+// benchmarks/RESULTS.md). One allocation per non-empty list; a move copies a pointer.
+class meta_list {
+ public:
+  meta_list() noexcept = default;
+  meta_list(const meta_list& o) : meta_list() { append(o); }
+  meta_list(meta_list&& o) noexcept : b_(std::exchange(o.b_, nullptr)) {}
+  meta_list& operator=(meta_list o) noexcept {
+    std::swap(b_, o.b_);
+    return *this;
+  }
+  ~meta_list() { ::operator delete(b_); }
+
+  bool empty() const noexcept { return size() == 0; }
+  std::size_t size() const noexcept { return b_ ? b_->size : 0; }
+  std::size_t capacity() const noexcept { return b_ ? b_->capacity : 0; }
+  const item_meta* begin() const noexcept { return b_ ? b_->items() : nullptr; }
+  const item_meta* end() const noexcept { return begin() + size(); }
+  const item_meta& operator[](std::size_t i) const noexcept { return b_->items()[i]; }
+
+  // @throws std::bad_alloc
+  void reserve(std::size_t n) {
+    if (n <= capacity()) return;
+    block* b = static_cast<block*>(::operator new(sizeof(block) + n * sizeof(item_meta)));
+    b->size = size();
+    b->capacity = n;
+    if (b_) std::memcpy(b->items(), b_->items(), b_->size * sizeof(item_meta));
+    ::operator delete(std::exchange(b_, b));
+  }
+  void push_back(const item_meta& m) {
+    if (size() == capacity()) reserve(std::max<std::size_t>(8, 2 * capacity()));
+    b_->items()[b_->size++] = m;
+  }
+  void append(const meta_list& o) { append(o.begin(), o.size()); }
+  void append(const item_meta* first, std::size_t n) {
+    if (n == 0) return;
+    if (size() + n > capacity()) reserve(std::max(size() + n, 2 * capacity()));
+    std::memcpy(b_->items() + b_->size, first, n * sizeof(item_meta));
+    b_->size += n;
+  }
+
+ private:
+  // A header and the items after it, in one allocation (item_meta is trivially
+  // copyable: its objects are created by the copies into the storage).
+  struct block {
+    std::size_t size;
+    std::size_t capacity;
+    item_meta* items() noexcept { return reinterpret_cast<item_meta*>(this + 1); }
+  };
+  static_assert(std::is_trivially_copyable_v<item_meta> &&
+                sizeof(block) % alignof(item_meta) == 0);
+
+  block* b_ = nullptr;
+};
+static_assert(sizeof(meta_list) == sizeof(void*));
+
 // A value in flight. A batch carries one meta per item it holds (metas); a single item
 // carries its own (meta) and leaves metas empty, so it costs no allocation.
 template <class T>
 struct envelope {
   T value;
   item_meta meta;
-  std::vector<item_meta> metas;
+  meta_list metas;
 
   std::uint64_t items() const noexcept { return metas.empty() ? 1 : metas.size(); }
 };
