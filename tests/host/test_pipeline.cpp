@@ -97,6 +97,35 @@ TEST_CASE("pipeline: fixed and dynamic batches, flushed at the end, unbatched in
   }
 }
 
+TEST_CASE("pipeline: a batch of batches keeps every item's identity through two unbatches") {
+  const std::uint64_t n = 1000;  // 1000 = 7 * 142 + 6: partial batches at both levels
+  std::vector<std::uint64_t> got;
+  std::vector<std::size_t> outer_items;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) | batch(7) | batch(3) |
+                 map([&](std::vector<std::vector<std::uint64_t>> v) {
+                   std::size_t items = 0;
+                   for (const auto& inner : v) items += inner.size();
+                   outer_items.push_back(items);
+                   return v;
+                 }) |
+                 unbatch() | unbatch() | sink([&](std::uint64_t x) { got.push_back(x); }),
+             pipeline_options{.metrics = true}};
+  const report r = p.run();
+  require_conserved(r);
+  REQUIRE(r.completed == n);
+  REQUIRE(got.size() == n);
+  for (std::uint64_t i = 0; i < n; ++i) REQUIRE(got[i] == i);
+  // The outer batches count the items inside them, not their inner batches.
+  REQUIRE(std::accumulate(outer_items.begin(), outer_items.end(), std::size_t{0}) == n);
+  // Every stage counts items, whatever it holds them in; the sink timed 1 in 8 of them.
+  REQUIRE(r.stages.size() == 7);
+  for (const auto& st : r.stages) {
+    CAPTURE(st.name);
+    REQUIRE(st.items == n);
+  }
+  REQUIRE(r.item_latency.count == (n + detail::latency_sample_period - 1) / detail::latency_sample_period);
+}
+
 TEST_CASE("meta_list: one pointer that grows, appends, copies and moves its items") {
   using detail::item_meta;
   using detail::meta_list;

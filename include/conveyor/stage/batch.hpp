@@ -79,6 +79,11 @@ namespace detail {
 
 inline constexpr std::size_t max_batch_size = std::size_t{1} << 20;
 
+template <class T>
+inline constexpr bool is_vector_v = false;
+template <class T, class A>
+inline constexpr bool is_vector_v<std::vector<T, A>> = true;
+
 template <class In>
 class batch_node {
  public:
@@ -208,7 +213,8 @@ class unbatch_node {
         ctl_.cancel(b->items());
         break;
       }
-      if (b->metas.size() != n) {
+      const auto split = split_items(*b);
+      if (!split) {
         // A batch whose element count no longer matches its items (a map changed its
         // length): the items cannot be told apart any more.
         try {
@@ -221,18 +227,49 @@ class unbatch_node {
         break;
       }
       probe.busy();
-      std::size_t i = 0;
-      for (; i < n; ++i) {
-        probe.items(1);
-        if (!out_->push(envelope<out_type>{std::move(b->value[i]), b->metas[i], {}})) break;
+      std::size_t pushed = 0;  // items, not elements
+      bool refused = false;
+      for (std::size_t i = 0; i < n && !refused; ++i) {
+        // An element that is itself a batch takes its items' identities along.
+        const std::size_t k = *split == per_element::one ? 1 : items_in(b->value[i]);
+        envelope<out_type> e{std::move(b->value[i]), b->metas[pushed], {}};
+        if (*split == per_element::inner_batch) e.metas.append(b->metas.begin() + pushed, k);
+        refused = !out_->push(std::move(e));
+        if (!refused) {
+          pushed += k;
+          probe.items(k);
+        }
       }
       probe.blocked();  // the pushes: splitting costs nothing next to waiting for room
-      if (i < n) {
-        ctl_.cancel(n - i);
+      if (refused) {
+        ctl_.cancel(b->items() - pushed);
         break;
       }
     }
     out_->close();
+  }
+
+  // How the batch's items map onto its elements: one item each, or (a batch of batches,
+  // whose items the batch stage listed flat) as many as each inner batch holds.
+  enum class per_element { one, inner_batch };
+  static std::size_t items_in(const out_type& element) noexcept {
+    if constexpr (is_vector_v<out_type>)
+      return element.size();
+    else
+      return 1;
+  }
+  static std::optional<per_element> split_items(const envelope<In>& b) {
+    const std::size_t items = b.metas.size();
+    if (items == b.value.size()) return per_element::one;
+    if constexpr (is_vector_v<out_type>) {
+      std::size_t sum = 0;
+      for (const out_type& inner : b.value) {
+        if (inner.empty()) return std::nullopt;  // an empty inner batch holds no item
+        sum += items_in(inner);
+      }
+      if (sum == items) return per_element::inner_batch;
+    }
+    return std::nullopt;
   }
 
   unbatch_stage stage_;
