@@ -57,6 +57,38 @@ TEST_CASE("pipeline: source -> parallel ordered maps -> sink keeps input order")
   REQUIRE(in_order);
 }
 
+TEST_CASE("pipeline: an ordered map's workers run a ring's depth ahead of a stalled one") {
+  // Item 0 stalls its worker (as a preempted thread would) until the other worker has
+  // started `ahead` items. The reorder window is the input ring's capacity, so the other
+  // worker gets to capacity - 1 items and no further: the stage never holds more.
+  constexpr std::size_t capacity = 256;
+  constexpr std::uint64_t ahead = capacity - 1;
+  std::atomic<std::uint64_t> started_others{0};
+  std::atomic<std::uint64_t> seen_while_stalled{0};
+  std::atomic<std::uint64_t> max_while_stalled{0};
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, std::uint64_t{4 * capacity})) |
+                 map([&](std::uint64_t x) {
+                   if (x != 0) {
+                     started_others.fetch_add(1);
+                     return x;
+                   }
+                   // A safety deadline only: the assertion is on the count reached.
+                   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                   while (started_others.load() < ahead && std::chrono::steady_clock::now() < give_up)
+                     std::this_thread::yield();
+                   seen_while_stalled.store(started_others.load());
+                   // Stay stalled a little longer: the window must hold the other worker.
+                   std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                   max_while_stalled.store(started_others.load());
+                   return x;
+                 }).workers(2).ordered() |
+                 sink([](std::uint64_t) {}),
+             pipeline_options{.ring_capacity = capacity}};
+  require_conserved(p.run());
+  CHECK(seen_while_stalled.load() == ahead);
+  CHECK(max_while_stalled.load() == ahead);
+}
+
 TEST_CASE("pipeline: unordered parallel map delivers every item exactly once") {
   const std::uint64_t n = t::scaled(100000);
   std::vector<std::uint64_t> got;

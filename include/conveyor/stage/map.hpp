@@ -7,13 +7,16 @@
 //
 // The function takes the previous stage's output by value (or const&/&&) and returns the
 // next stage's input. With several workers, items leave in completion order unless
-// .ordered() is set; then they leave in the order they arrived, with at most
-// `reorder_window` items held back (a worker waits before starting an item that far
-// ahead of the oldest one still in flight).
+// .ordered() is set; then they leave in the order they arrived, with at most a reorder
+// window of items held back: a worker waits before starting an item that far ahead of
+// the oldest one still in flight. The window is the input ring's capacity (at least
+// 4 x workers + 60, rounded up to a power of two), so the stage may hold one ring's worth
+// of items besides its ring.
 // Thread-safety: the function is called concurrently from all workers; it must be safe
 // for that (a pure function is).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <optional>
@@ -217,9 +220,15 @@ class map_node {
     for (std::size_t w = 0; w < stage_.workers(); ++w)
       tracks_.push_back(ctl_.make_track(worker_track_name(stage_.name(), w, stage_.workers())));
     // One worker keeps the input order by itself (it pops and pushes in FIFO order):
-    // only several need the reorder window, and its per-item handshakes.
+    // only several need the reorder window, and its per-item handshakes. The window is
+    // as deep as the input ring: when one worker is preempted holding the oldest item
+    // (more threads than cores), the others go on for a ring's worth of items, about
+    // what one time slice gets through, instead of stopping a few dozen items later
+    // and spinning on a core the preempted worker needs.
     if (stage_.is_ordered() && stage_.workers() > 1) {
-      reorder_.emplace(next_power_of_two(4 * stage_.workers() + 60), out_, ctl_);
+      const std::size_t window =
+          std::max(in_->capacity(), next_power_of_two(4 * stage_.workers() + 60));
+      reorder_.emplace(window, out_, ctl_);
       ctl_.on_stop([this] { reorder_->wake(); });
     }
   }
