@@ -73,7 +73,9 @@ class meta_list {
     std::swap(b_, o.b_);
     return *this;
   }
-  ~meta_list() { ::operator delete(b_); }
+  ~meta_list() {
+    if (b_) ::operator delete(b_);  // not a call into free() for every single item
+  }
 
   bool empty() const noexcept { return size() == 0; }
   std::size_t size() const noexcept { return b_ ? b_->size : 0; }
@@ -89,7 +91,7 @@ class meta_list {
     b->size = size();
     b->capacity = n;
     if (b_) std::memcpy(b->items(), b_->items(), b_->size * sizeof(item_meta));
-    ::operator delete(std::exchange(b_, b));
+    if (block* old = std::exchange(b_, b)) ::operator delete(old);
   }
   void push_back(const item_meta& m) {
     if (size() == capacity()) reserve(std::max<std::size_t>(8, 2 * capacity()));
