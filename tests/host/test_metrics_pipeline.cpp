@@ -329,6 +329,45 @@ TEST_CASE("worker_probe: a short wait preempted in the middle is charged once, n
   CHECK(c.busy_ns >= 30'000'000 - estimated_max);
 }
 
+TEST_CASE("worker_probe: waits that outlast the short spin make it shorter, short ones longer") {
+  detail::control ctl{true};
+  metrics::stage_stats stats{1};
+  detail::worker_probe probe{ctl, stats.worker(0), nullptr, "s", nullptr};
+  using P = detail::worker_probe;
+  // Returns how many times the probe retried (failed try_pop calls) before it gave up
+  // spinning and called the ring's blocking pop().
+  const auto retries_of_long_wait = [&] {
+    scripted_ring r{.fail = 1'000'000};
+    REQUIRE(probe.pop(r) == std::optional<int>{1});
+    return r.calls - 1;  // the first try_pop is not a retry
+  };
+  // The first long wait spins the full limit; each one after it half as long, down to
+  // the floor: a worker whose waits are long (its producer is off-core) stops spinning.
+  std::uint32_t expected = P::short_spin_rounds;
+  for (int i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    CHECK(retries_of_long_wait() == static_cast<int>(expected));
+    expected = std::max(P::min_spin_rounds, expected / 2);
+  }
+  CHECK(retries_of_long_wait() == static_cast<int>(P::min_spin_rounds));
+  // A wait that ends within the spin at retry k pulls the limit up to 2k (if higher).
+  const auto short_wait = [&](int k) {
+    scripted_ring r{.fail = k};  // k failed tries (the first and k - 1 retries): retry k delivers
+    REQUIRE(probe.pop(r) == std::optional<int>{1});
+  };
+  short_wait(3);
+  CHECK(retries_of_long_wait() == 6);  // which halves it again, to the floor
+  short_wait(3);
+  short_wait(1);                        // a quicker one does not lower it
+  CHECK(retries_of_long_wait() == 6);
+  for (int i = 0; i < 3; ++i) short_wait(40);  // more than the limit: long waits
+  short_wait(4);
+  short_wait(8);
+  short_wait(16);
+  short_wait(32);
+  CHECK(retries_of_long_wait() == static_cast<int>(P::short_spin_rounds));  // capped
+}
+
 TEST_CASE("pipeline metrics off: accounting kept, nothing timed, verdict unmeasured") {
   const std::uint64_t n = t::scaled(20'000);
   std::uint64_t sum = 0;

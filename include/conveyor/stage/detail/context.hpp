@@ -266,7 +266,7 @@ class worker_probe {
   // Pops from the input ring (with its position when pos is given). A pop that found an
   // item ready reads no clock: it is charged with the phase after it (the work), which
   // saves two of the three clock reads per item of a stage that keeps up. A pop that has
-  // to wait first spins a little (short_spin_rounds) and, if that was enough, reads no
+  // to wait first spins a little (up to short_spin_rounds) and, if that was enough, reads no
   // clock either: the wait is estimated from the rounds spun and charged as starved at
   // the next clock read. Only a longer wait is timed. nullopt: closed and drained.
   template <class Ring>
@@ -292,8 +292,10 @@ class worker_probe {
     blocked();
     return ok;
   }
-  // Rounds of cpu_relax() + retry before a wait is timed: a few microseconds.
+  // Rounds of cpu_relax() + retry before a wait is timed: a few microseconds at most
+  // (the limit adapts between min_spin_rounds and this, see short_spin::adapt()).
   static constexpr std::uint32_t short_spin_rounds = 64;
+  static constexpr std::uint32_t min_spin_rounds = 4;
   // One short wait in round_sample_period times itself, to keep the cost of a round
   // (cache misses on the other side's index included) current.
   static constexpr std::uint32_t round_sample_period = 64;
@@ -362,19 +364,19 @@ class worker_probe {
   metrics::trace_track* track_;
   const char* span_;
   const char* counter_;
-  // Retries attempt() for up to short_spin_rounds rounds; returns its first result that
-  // converts to true (an item, or a successful push), else an empty one. The wait's
-  // estimated length goes to pending_ns (starved or blocked). Results are returned, never
-  // assigned: item types need not be assignable.
+  // Retries attempt() for up to spin_limit_ rounds (adaptive: short_spin::adapt());
+  // returns its first result that converts to true (an item, or a successful push), else
+  // an empty one. The wait's estimated length goes to pending_ns (starved or blocked).
+  // Results are returned, never assigned: item types need not be assignable.
   template <class Attempt>
   auto short_wait(Attempt&& attempt, std::int64_t& pending_ns) -> decltype(attempt()) {
     short_spin spin{*this};
     while (spin.next())
       if (auto r = attempt()) {
-        spin.end(pending_ns);
+        spin.end(pending_ns, true);
         return r;
       }
-    spin.end(pending_ns);
+    spin.end(pending_ns, false);
     return {};
   }
 
@@ -385,12 +387,14 @@ class worker_probe {
     explicit short_spin(worker_probe& p) noexcept
         : p_(p), t0_(p.short_waits_++ % round_sample_period == 0 ? now_ns() : 0) {}
     bool next() noexcept {
-      if (rounds_ == short_spin_rounds) return false;
+      if (rounds_ == p_.spin_limit_) return false;
       ++rounds_;
       cpu_relax();
       return true;
     }
-    void end(std::int64_t& pending_ns) noexcept {
+    // ended: the wait ended within the spin (else it goes on as a timed wait).
+    void end(std::int64_t& pending_ns, bool ended) noexcept {
+      adapt(ended);
       if (t0_ == 0) {
         pending_ns += rounds_ * p_.round_ns_;
         return;
@@ -407,6 +411,20 @@ class worker_probe {
     static constexpr std::int64_t max_round_ns = 2000;  // a pause and a retry: far less
 
    private:
+    // The spin adapts as the rings' own does (detail::wait_point): a wait that ends
+    // within it pulls the limit toward twice the rounds it took; one that outlasts it
+    // halves the limit. A worker whose waits are long (the other side is off its core,
+    // as with more threads than cores) then stops spending 64 rounds on each before the
+    // ring's own wait, which is what measuring used to cost there.
+    void adapt(bool ended) noexcept {
+      std::uint32_t& limit = p_.spin_limit_;
+      const auto rounds = static_cast<std::uint32_t>(rounds_);
+      if (!ended)
+        limit = std::max(min_spin_rounds, limit / 2);
+      else if (2 * rounds > limit)
+        limit = std::min(short_spin_rounds, 2 * rounds);
+    }
+
     worker_probe& p_;
     std::int64_t t0_;
     std::int64_t rounds_ = 0;
@@ -415,6 +433,7 @@ class worker_probe {
   std::uint32_t pops_ = 0;
   std::uint32_t lazy_ = 0;  // items whose work is not charged yet
   std::uint32_t short_waits_ = 0;
+  std::uint32_t spin_limit_ = short_spin_rounds;  // rounds of the next short wait
   std::int64_t round_ns_ = 0;  // estimated cost of one short-wait round
   std::int64_t short_starved_ns_ = 0, short_blocked_ns_ = 0;  // estimated, not charged yet
 };
