@@ -158,11 +158,12 @@ class wait_point {
   bool wait_impl(Pred& pred, const wait_clock::time_point* deadline) noexcept {
     // Spin, then yield, then sleep: competitive spinning, tuned by what the last waits
     // needed. A spin that succeeds at round i moves the limit toward 2i + 16. A wait
-    // that outlasts the spin but ends soon after (within short_wait: in the yields, or
-    // woken about as fast as a futex round trip) says a longer spin would have paid, so
-    // the limit grows. One that sleeps long says spinning cannot pay (the other side is
-    // slow, or shares this core), so the limit decays and waiters go to sleep sooner
-    // instead of stealing the core the worker needs. Deciding on the tail, not on the
+    // that outlasts the spin but ends soon after (within short_wait: in a yield that ran
+    // nothing else, or woken about as fast as a futex round trip) says a longer spin
+    // would have paid, so the limit grows. One that ends in a yield that ran another
+    // thread, or sleeps long, says spinning cannot pay (the other side shares this core,
+    // or is slow), so the limit decays and waiters yield or sleep sooner instead of
+    // stealing the core the worker needs. Deciding on the tail, not on the
     // typical wait, keeps both sides of a busy ring out of the sleep path (each trip
     // through it costs a membarrier here and a futex wake at the notifier).
     // relaxed: spin_limit_ is a heuristic hint; a stale value costs time, never correctness.
@@ -179,13 +180,24 @@ class wait_point {
       cpu_relax();
     }
     const wait_clock::time_point spun = wait_clock::now();
+    wait_clock::time_point before_yield = spun;
     for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
-      if (deadline && wait_clock::now() >= *deadline) return pred();
+      if (deadline && before_yield >= *deadline) return pred();
       std::this_thread::yield();  // on a busy core: a whole time slice of another thread
+      const wait_clock::time_point after_yield = wait_clock::now();
       if (pred()) {
-        adapt(limit, 2 * limit, 1);
+        // A yield that returned at once (nothing else wanted this core) means the other
+        // side ran elsewhere and was about to deliver: a longer spin would have paid. One
+        // that ran another thread for a while means the wait ended because this core was
+        // given away, likely to the very thread waited for: spinning on it only delays
+        // that thread, so the limit shrinks.
+        if (after_yield - before_yield < yield_switched)
+          adapt(limit, 2 * limit, 1);
+        else
+          adapt(limit, 0, 1);
         return true;
       }
+      before_yield = after_yield;
     }
     for (;;) {
       // acquire: pairs with the release increment in notify(); if a notifier runs after
@@ -212,6 +224,10 @@ class wait_point {
       }
     }
   }
+
+  // A yield that took longer than this ran another thread (a yield with nothing else to
+  // run is a syscall: ~1-2 us here, a context switch and back is several).
+  static constexpr auto yield_switched = std::chrono::microseconds(5);
 
   void learn_from_sleep(std::uint32_t limit, wait_clock::time_point spun) noexcept {
     constexpr auto short_wait = std::chrono::microseconds(50);
