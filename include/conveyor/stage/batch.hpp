@@ -53,15 +53,18 @@ class batch_stage {
 // Fixed-size batches of max_size items (dynamic with .max_delay()).
 inline batch_stage batch(std::size_t max_size) { return batch_stage(max_size); }
 
-class unbatch_stage {
-  template <class In>
-  struct is_vector : std::false_type {};
-  template <class T, class A>
-  struct is_vector<std::vector<T, A>> : std::true_type {};
+namespace detail {
+// True for std::vector: what batch() makes and unbatch() takes apart.
+template <class T>
+inline constexpr bool is_vector_v = false;
+template <class T, class A>
+inline constexpr bool is_vector_v<std::vector<T, A>> = true;
+}  // namespace detail
 
+class unbatch_stage {
  public:
   template <class In>
-  static constexpr bool accepts = is_vector<In>::value;
+  static constexpr bool accepts = detail::is_vector_v<In>;
   template <class In>
   using output = typename In::value_type;
 
@@ -78,11 +81,6 @@ inline unbatch_stage unbatch() { return {}; }
 namespace detail {
 
 inline constexpr std::size_t max_batch_size = std::size_t{1} << 20;
-
-template <class T>
-inline constexpr bool is_vector_v = false;
-template <class T, class A>
-inline constexpr bool is_vector_v<std::vector<T, A>> = true;
 
 template <class In>
 class batch_node {
