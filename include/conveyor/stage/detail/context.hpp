@@ -62,7 +62,7 @@ struct item_meta {
 // The identities of the items a batch holds, in one pointer. Every envelope crosses a
 // ring at every hop, and the ring's slots are its size: for single items (the common
 // case) an empty list keeps the envelope small (40 bytes around a 64-bit value; a
-// std::vector made it 56, and hops of small items slower: see "per-item overhead" in
+// std::vector made it 56, and hops of small items slower: see the pipeline section of
 // benchmarks/RESULTS.md). One allocation per non-empty list; a move copies a pointer.
 class meta_list {
  public:
