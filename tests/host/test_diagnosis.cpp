@@ -114,11 +114,15 @@ TEST_CASE("diagnosis: CPU map saturated, GPU starved -> cpu_stage_bound at that 
 // cache-resident and the stream always has the next batch queued); the kernel is empty.
 // The stream thread's memcpy takes a core; rings of 64 let the threads around it run
 // late (another test on the other core) without pushing back on the segment.
+// These runs are not scaled down under sanitizers: with rings of 64 up to ~85 batches
+// are in flight, so at a third of the run the rings' fill and drain took ~40% of it and
+// the verdict, computed over the whole wall time, saw the stream 84.7% busy (ASan, CI).
 constexpr std::size_t big_copy = std::size_t{8} << 20;
 const pipeline_options copy_rings{.ring_capacity = 64};
+constexpr std::uint64_t copy_items = 4 * 600;
 
 TEST_CASE("diagnosis: large host-to-device copies -> transfer_bound_h2d") {
-  const std::uint64_t n = items(4 * 600);
+  const std::uint64_t n = copy_items;
   pipeline p{numbers(n) | batch(4) |
                  segment({.lanes = 1, .slots_per_lane = 4, .in_bytes = big_copy, .out_bytes = 64}) |
                  unbatch() | sink([](item) {}),
@@ -127,7 +131,7 @@ TEST_CASE("diagnosis: large host-to-device copies -> transfer_bound_h2d") {
 }
 
 TEST_CASE("diagnosis: large device-to-host copies -> transfer_bound_d2h") {
-  const std::uint64_t n = items(4 * 600);
+  const std::uint64_t n = copy_items;
   pipeline p{numbers(n) | batch(4) |
                  segment({.lanes = 1, .slots_per_lane = 4, .in_bytes = 64, .out_bytes = big_copy}) |
                  unbatch() | sink([](item) {}),
