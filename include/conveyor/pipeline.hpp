@@ -21,8 +21,10 @@
 // batcher, a one-worker sink) is an spsc_ring, any other an mpmc_ring (detail/link.hpp).
 // Diagnosis: run()/stop()/wait()/report() return a conveyor::report (per-stage table,
 // lanes, latency, the verdict naming the bottleneck). Options turn on a bounded trace
-// and a live progress line, or turn measuring off:
+// and a live progress line, or turn measuring off; another pins the stage threads to
+// cores by what each stage costs (for more CPU-heavy stages than cores):
 //   conveyor::pipeline p{chain, {.trace_events = 16384, .progress = true}};
+//   conveyor::pipeline q{chain, {.placement = conveyor::thread_placement::by_load}};
 //   p.run();  p.write_trace("run.trace.json");   // open in ui.perfetto.dev
 //
 // Thread-safety: one pipeline object is driven from one thread (run/start/stop/wait);
@@ -47,6 +49,7 @@
 #include <vector>
 
 #include "conveyor/config.hpp"
+#include "conveyor/detail/placement.hpp"
 #include "conveyor/detail/thread_group.hpp"
 #include "conveyor/error.hpp"
 #include "conveyor/metrics/progress.hpp"
@@ -69,6 +72,12 @@ enum class stop_mode {
   cancel,  // stop at once; what is inside is dropped and counted as cancelled
 };
 
+// Where the pipeline's stage threads run.
+enum class thread_placement {
+  os,       // wherever the OS scheduler puts them (the default)
+  by_load,  // each pinned to one CPU, balanced by the stages' measured CPU time per item
+};
+
 struct pipeline_options {
   std::size_t ring_capacity = 1024;  // every ring between two stages (power of two)
   // Per-stage busy / starved / blocked time, ring occupancy, item latency and per-lane
@@ -84,6 +93,17 @@ struct pipeline_options {
   bool progress = false;
   std::chrono::milliseconds progress_period{500};
   std::ostream* progress_out = nullptr;
+  // by_load: every placement_period (>= 10 ms) each stage thread's CPU time per item
+  // its stage moved (over the last 8 periods) is its load, and every stage thread is
+  // pinned to one of the CPUs this process may use, heaviest first onto the least loaded
+  // CPU; re-pinned when that makes the busiest CPU >= 10% lighter (detail/placement.hpp).
+  // For more CPU-heavy stage threads than cores: there the OS tends to wake a stage that
+  // waits for its input on the core of the stage that fed it, which is often the
+  // slowest one, and the pipeline loses what the two share. Linux only (elsewhere: as
+  // os). Each pipeline plans alone and pinned threads cannot dodge other work: use it
+  // for one pipeline that owns the machine's cores, not for several side by side.
+  thread_placement placement = thread_placement::os;
+  std::chrono::milliseconds placement_period{200};
 };
 
 // produced == completed + failed + cancelled once the pipeline has stopped.
@@ -219,6 +239,9 @@ class pipeline<chain<Bound...>> {
     start_nodes(std::make_index_sequence<n_stages>{});  // the threads wait at the gate
     state_->start_ns = detail::now_ns();
     state_->ctl.open_gate();
+    if (state_->options.placement == thread_placement::by_load)
+      state_->placer = std::make_unique<detail::load_placer>(state_->placed,
+                                                             state_->options.placement_period);
     if (state_->options.progress) {
       const state* st = state_.get();  // stable: the state is heap-allocated
       state_->progress = std::make_unique<metrics::progress_line>(
@@ -436,6 +459,7 @@ class pipeline<chain<Bound...>> {
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})),
           free_tickets(service ? detail::next_power_of_two(ticket_count(c)) : 2),
           tickets(service ? ticket_count(c) : 0) {
+      if (o.placement == thread_placement::by_load) ctl.placed = &placed;
       register_closers(std::make_index_sequence<n_rings>{});
       collect_infos(std::make_index_sequence<n_stages>{});
       if constexpr (service) {
@@ -472,6 +496,10 @@ class pipeline<chain<Bound...>> {
       CONVEYOR_EXPECTS(!o.progress || o.progress_period >= metrics::progress_line::min_period,
                        "pipeline_options: progress_period must be >= 250 ms (at most 4 "
                        "refreshes a second)");
+      CONVEYOR_EXPECTS(o.placement == thread_placement::os ||
+                           o.placement_period >= std::chrono::milliseconds(10),
+                       "pipeline_options: placement_period must be >= 10 ms; 200 ms is the "
+                       "default");
     }
     static std::size_t input_capacity() { return 1024; }
     static std::size_t ticket_count(const chain<Bound...>&) { return 1024; }
@@ -494,6 +522,9 @@ class pipeline<chain<Bound...>> {
           ...);
     }
 
+    // First, so destroyed last: stage threads use the registry until they end.
+    detail::thread_registry placed;               // by_load: the running stage workers
+    std::unique_ptr<detail::load_placer> placer;  // null: placement left to the OS
     pipeline_options options;
     detail::control ctl;  // before rings and nodes: they register with it
     detail::latency_recorder latency;
@@ -536,6 +567,7 @@ class pipeline<chain<Bound...>> {
     state& st = *state_;
     if (st.joined) return;
     st.threads.join();
+    if (st.placer) st.placer->stop();
     // Before joined/end_ns change: the progress thread reads them through make_report().
     if (st.progress) st.progress->stop();
     st.joined = true;

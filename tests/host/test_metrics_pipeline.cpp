@@ -306,7 +306,7 @@ TEST_CASE("worker_probe: a short wait preempted in the middle is charged once, n
   detail::control ctl{true};
   metrics::stage_stats stats{1};
   {
-    detail::worker_probe probe{ctl, stats.worker(0), nullptr, "s", nullptr};
+    detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
     // The first short wait is sampled (timed); it stalls 20 ms inside its spin.
     scripted_ring first{.fail = 1 + 10, .stall_at = 3, .stall = 20ms};
     REQUIRE(probe.pop(first) == std::optional<int>{1});
@@ -332,7 +332,7 @@ TEST_CASE("worker_probe: a short wait preempted in the middle is charged once, n
 TEST_CASE("worker_probe: waits that outlast the short spin make it shorter, short ones longer") {
   detail::control ctl{true};
   metrics::stage_stats stats{1};
-  detail::worker_probe probe{ctl, stats.worker(0), nullptr, "s", nullptr};
+  detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
   using P = detail::worker_probe;
   // Returns how many times the probe retried (failed try_pop calls) before it gave up
   // spinning and called the ring's blocking pop().

@@ -107,7 +107,7 @@ class batch_node {
  private:
   void run() noexcept {
     ctl_.await_gate();
-    worker_probe probe{ctl_, stats_.worker(0), track_, stage_.name().c_str(), ring_name_.c_str()};
+    worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), ring_name_.c_str()};
     const std::size_t max = stage_.max_size();
     const auto delay = stage_.max_delay();
     for (;;) {
@@ -201,7 +201,7 @@ class unbatch_node {
  private:
   void run() noexcept {
     ctl_.await_gate();
-    worker_probe probe{ctl_, stats_.worker(0), track_, stage_.name().c_str(), ring_name_.c_str()};
+    worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), ring_name_.c_str()};
     for (;;) {
       auto b = probe.pop(*in_);
       if (!b) break;

@@ -246,7 +246,7 @@ class gpu_node {
   void enqueue_loop(std::size_t index) noexcept {
     ctl_.await_gate();
     lane& l = *lanes_[index];
-    worker_probe probe{ctl_, stats_.worker(index), l.enqueue_track, "enqueue", ring_name_.c_str()};
+    worker_probe probe{ctl_, stats_, index, l.enqueue_track, "enqueue", ring_name_.c_str()};
     auto stream = l.stream.ref();
     for (;;) {
       std::size_t pos = 0;

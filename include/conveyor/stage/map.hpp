@@ -248,7 +248,7 @@ class map_node {
  private:
   void run(std::size_t w) noexcept {
     ctl_.await_gate();
-    worker_probe probe{ctl_, stats_.worker(w), tracks_[w], stage_.name().c_str(),
+    worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(),
                        ring_name_.c_str()};
     const bool ordered = reorder_.has_value();
     for (;;) {

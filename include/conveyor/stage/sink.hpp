@@ -79,7 +79,7 @@ class terminal_node {
  private:
   void run(std::size_t w) noexcept {
     ctl_.await_gate();
-    worker_probe probe{ctl_, stats_.worker(w), tracks_[w], name_.c_str(), ring_name_.c_str()};
+    worker_probe probe{ctl_, stats_, w, tracks_[w], name_.c_str(), ring_name_.c_str()};
     for (;;) {
       auto in = probe.pop(*in_);
       if (!in) break;

@@ -117,7 +117,7 @@ class source_node {
  private:
   void run() noexcept {
     ctl_.await_gate();
-    worker_probe probe{ctl_, stats_.worker(0), track_, stage_.name().c_str(), nullptr};
+    worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), nullptr};
     std::uint64_t seq = 0;
     // acquire: pairs with the release store in pipeline::stop(drain).
     while (!ctl_.is_stopping() && !ctl_.stop_source.load(std::memory_order_acquire)) {

@@ -4,7 +4,7 @@
 // which a stage's thread feeds its counters, its trace track and NVTX.
 //
 //   detail::control ctl{/*metrics=*/true, /*trace_events=*/4096};   // one per pipeline
-//   detail::worker_probe probe{ctl, stats.worker(w), track, "decode", "ring decode"};
+//   detail::worker_probe probe{ctl, stats, w, track, "decode", "ring decode"};  // worker w
 //   auto x = probe.pop(in);      probe.occupancy(in);   // starved only if it waited
 //   { metrics::nvtx_range r{probe.span_name()}; y = f(*x); }   probe.work_done();
 //   probe.push(out, std::move(y));                      // blocked only if it waited
@@ -30,6 +30,7 @@
 
 #include "conveyor/config.hpp"
 #include "conveyor/detail/first_error.hpp"
+#include "conveyor/detail/placement.hpp"
 #include "conveyor/error.hpp"
 #include "conveyor/metrics/clock.hpp"
 #include "conveyor/metrics/batch_stats.hpp"
@@ -171,6 +172,9 @@ class control {
     return trace ? &trace->add_track(std::move(name)) : nullptr;
   }
 
+  // Setup only: where stage workers register for placement by load; null: off.
+  thread_registry* placed = nullptr;
+
   std::atomic<bool> stopping{false};     // cancel or failure: stop taking new work
   std::atomic<bool> stop_source{false};  // drain: the source ends as if its input did
   first_error error;
@@ -255,10 +259,11 @@ inline std::string worker_track_name(const std::string& stage, std::size_t w, st
 // The names must outlive the pipeline's trace (the node owns them).
 class worker_probe {
  public:
-  worker_probe(const control& ctl, metrics::worker_stats& w, metrics::trace_track* track,
-               const char* span_name, const char* counter_name) noexcept
-      : on_(ctl.metrics_on), w_(&w), clock_(w), track_(on_ ? track : nullptr),
-        span_(span_name), counter_(counter_name) {}
+  // The probe of worker `worker` of the stage whose counters are `stage`.
+  worker_probe(const control& ctl, metrics::stage_stats& stage, std::size_t worker,
+               metrics::trace_track* track, const char* span_name, const char* counter_name) noexcept
+      : on_(ctl.metrics_on), w_(&stage.worker(worker)), clock_(*w_), track_(on_ ? track : nullptr),
+        span_(span_name), counter_(counter_name), placement_(ctl.placed, stage) {}
   worker_probe(const worker_probe&) = delete;
   worker_probe& operator=(const worker_probe&) = delete;
   ~worker_probe() { before_wait(); }  // the last items' work, when the worker ends
@@ -366,6 +371,7 @@ class worker_probe {
   metrics::trace_track* track_;
   const char* span_;
   const char* counter_;
+  placement_entry placement_;  // in the placer's registry while the worker runs
   // Retries attempt() for up to spin_limit_ rounds (adaptive: short_spin::adapt());
   // returns its first result that converts to true (an item, or a successful push), else
   // an empty one. The wait's estimated length goes to pending_ns (starved or blocked).
