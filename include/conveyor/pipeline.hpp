@@ -33,6 +33,7 @@
 // any thread that does not race with start()/wait()/stop() (the progress line does so).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -52,6 +53,7 @@
 #include "conveyor/detail/placement.hpp"
 #include "conveyor/detail/thread_group.hpp"
 #include "conveyor/error.hpp"
+#include "conveyor/metrics/clock.hpp"
 #include "conveyor/metrics/progress.hpp"
 #include "conveyor/metrics/report.hpp"
 #include "conveyor/metrics/trace_export.hpp"
@@ -238,6 +240,7 @@ class pipeline<chain<Bound...>> {
     state_->start_ns = detail::now_ns();  // a placeholder should spawning throw
     start_nodes(std::make_index_sequence<n_stages>{});  // the threads wait at the gate
     state_->start_ns = detail::now_ns();
+    state_->start_cpu_ns = metrics::process_cpu_ns();
     state_->ctl.open_gate();
     if (state_->options.placement == thread_placement::by_load)
       state_->placer = std::make_unique<detail::load_placer>(state_->placed,
@@ -365,6 +368,11 @@ class pipeline<chain<Bound...>> {
     r.failed = c.failed.load(std::memory_order_relaxed);
     r.cancelled = c.cancelled.load(std::memory_order_relaxed);
     r.runtime = "host";
+    if (st.started) {
+      r.cpus = metrics::usable_cpus();
+      const std::int64_t cpu_end = st.joined ? st.end_cpu_ns : metrics::process_cpu_ns();
+      r.process_cpu_s = metrics::ns_to_s(std::max<std::int64_t>(cpu_end - st.start_cpu_ns, 0));
+    }
     std::int64_t gpu_busy_ns = 0;
     for (const detail::stage_info& i : st.infos) {
       r.stages.push_back(metrics::make_stage_report(i.name, i.kind, *i.stats, i.input_capacity));
@@ -540,6 +548,7 @@ class pipeline<chain<Bound...>> {
     std::atomic<bool> input_closed{false};
     bool started = false, joined = false;
     std::int64_t start_ns = 0, end_ns = 0;
+    std::int64_t start_cpu_ns = 0, end_cpu_ns = 0;  // metrics::process_cpu_ns()
   };
 
   template <std::size_t... I>
@@ -572,6 +581,7 @@ class pipeline<chain<Bound...>> {
     if (st.progress) st.progress->stop();
     st.joined = true;
     st.end_ns = detail::now_ns();
+    st.end_cpu_ns = metrics::process_cpu_ns();
     after_join(std::make_index_sequence<n_stages>{});
     drain_rings(std::make_index_sequence<n_rings>{});
     if constexpr (service) {

@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <time.h>  // clock_gettime(CLOCK_THREAD_CPUTIME_ID): a stage that burns CPU
+
 #include "test_support.hpp"
 
 using namespace conveyor;
@@ -202,6 +204,43 @@ TEST_CASE("diagnosis: a slow postprocess map after the GPU -> sink_bound at that
   const report r = p.run();
   require_verdict(r, n, verdict_kind::sink_bound, "postprocess");
   CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'postprocess'"));
+}
+
+TEST_CASE("diagnosis: a CPU map burning every core -> cpu_stage_bound, advice fits the cores") {
+  // 'decode' burns 1 ms of its own thread's CPU per item on as many workers as the
+  // process has CPUs: the report's CPU time covers at least that work, and the advice
+  // follows what it measured (on an idle machine: every core busy, so "make it cheaper",
+  // not "add workers"; a machine busy with other work leaves this process spare time).
+  const std::size_t cores = metrics::usable_cpus();
+  const std::uint64_t n = items(300) * cores;
+  pipeline p{numbers(n) |
+                 map([](item x) {
+                   const auto thread_cpu = [] {
+                     timespec ts{};
+                     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+                     return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+                   };
+                   const auto end = thread_cpu() + 1ms;
+                   while (thread_cpu() < end) {
+                   }
+                   return x;
+                 })
+                     .workers(cores)
+                     .name("decode") |
+                 sink([](item) {}),
+             small_rings};
+  const report r = p.run();
+  require_verdict(r, n, verdict_kind::cpu_stage_bound, "decode");
+  REQUIRE(r.cpus == cores);
+  CHECK(r.process_cpu_s >= 0.99e-3 * static_cast<double>(n));
+  CHECK(r.process_cpu_s <= 1.05 * r.wall_s * static_cast<double>(cores) + 0.01);
+  INFO(text(r));
+  if (metrics::process_cpu_load(r) >= metrics::verdict_thresholds{}.cores_busy) {
+    CHECK_THAT(r.verdict.advice, Catch::Contains("make 'decode' cheaper"));
+    CHECK(r.verdict.advice.find(".workers(") == std::string::npos);
+  } else {
+    CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'decode'"));
+  }
 }
 
 TEST_CASE("diagnosis: jittery stages on tiny rings, waiting on each other -> balanced") {

@@ -256,6 +256,44 @@ TEST_CASE("verdict: CPU stage saturated, GPU starved -> cpu_stage_bound at that 
   REQUIRE(r.verdict.summary.find("97%") != std::string::npos);
 }
 
+TEST_CASE("verdict: a CPU stage at capacity with every core busy -> no 'add workers'") {
+  // The same pipeline as above, measured on a process that kept its 2 cores busy: more
+  // workers on 'normalize' would only share them.
+  m::report r = gpu_pipeline(0.97, 0.88, {0.05, 0.18, 0.02}, 0.22);
+  r.cpus = 2;
+  r.process_cpu_s = 0.95 * 2 * r.wall_s;
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  REQUIRE(r.verdict.kind == verdict_kind::cpu_stage_bound);
+  REQUIRE(r.verdict.stage == "normalize");
+  CHECK(r.verdict.advice.find("add workers") == std::string::npos);
+  CHECK(r.verdict.advice.find(".workers(") == std::string::npos);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("make 'normalize' cheaper") &&
+                                   Catch::Contains("keeps 95% of its 2 cores busy"));
+  // 'normalize' already has a worker per core: pinning cannot give it more.
+  CHECK(r.verdict.advice.find("placement") == std::string::npos);
+  // On 4 cores its stages run more threads (1 + 2 + 1 + 2 lanes + 1) than there are
+  // cores, and its 2 workers can have 2 of them to themselves.
+  r.cpus = 4;
+  r.process_cpu_s = 0.95 * 4 * r.wall_s;
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("With 7 stage threads on 4 cores, "
+                                               "pipeline_options::placement = by_load gives "
+                                               "it cores of its own."));
+  r.cpus = 2;
+
+  // Just below the threshold the cores have room: add workers.
+  r.process_cpu_s = 0.85 * 2 * r.wall_s;
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'normalize' (.workers(4))"));
+  // On 16 cores, 95% busy: no spare cores, and no more threads than cores.
+  r.cpus = 16;
+  r.process_cpu_s = 0.95 * 16 * r.wall_s;
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("make 'normalize' cheaper"));
+  CHECK(r.verdict.advice.find("placement") == std::string::npos);
+}
+
 TEST_CASE("verdict: GPU segment at capacity, H2D dominating -> transfer_bound_h2d") {
   // The batcher is blocked on the GPU's ring, the lane threads wait for slots.
   const m::report r = gpu_pipeline(0.35, 0.02, {0.55, 0.30, 0.10}, 0.33, 0.60, 0.88);
@@ -367,6 +405,26 @@ TEST_CASE("verdict: postprocess map after the GPU saturated -> sink_bound at it"
   REQUIRE(r.verdict.advice.find(".workers(2)") != std::string::npos);
 }
 
+TEST_CASE("verdict: a postprocess map at capacity on busy cores -> make it cheaper") {
+  m::report r = make_report(
+      10.0,
+      {{"read", stage_kind::source, 1, 0.05, 0.0, 0.94},
+       {"batch", stage_kind::batch, 1, 0.04, 0.02, 0.93},
+       {"gpu", stage_kind::gpu, 2, 0.03, 0.01, 0.95},
+       {"argmax", stage_kind::map, 1, 0.97, 0.02, 0.0},
+       {"write", stage_kind::sink, 1, 0.02, 0.97, 0.0}},
+      {{0.05, 0.25, 0.10}, {0.05, 0.25, 0.10}}, 0.30);
+  r.cpus = 1;
+  r.process_cpu_s = 0.99 * r.wall_s;
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  REQUIRE(r.verdict.kind == verdict_kind::sink_bound);
+  REQUIRE(r.verdict.stage == "argmax");
+  CHECK(r.verdict.advice.find(".workers(") == std::string::npos);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("make 'argmax' cheaper") &&
+                                   Catch::Contains("of its 1 core busy"));
+}
+
 TEST_CASE("verdict: nothing at capacity, waits spread -> balanced") {
   const m::report r = make_report(
       10.0,
@@ -382,7 +440,7 @@ TEST_CASE("verdict: nothing at capacity, waits spread -> balanced") {
 }
 
 TEST_CASE("verdict: several stages at capacity, nobody waits -> balanced") {
-  const m::report r = make_report(
+  m::report r = make_report(
       10.0,
       {{"read", stage_kind::source, 1, 0.95, 0.0, 0.03},
        {"parse", stage_kind::map, 1, 0.96, 0.02, 0.01},
@@ -390,6 +448,14 @@ TEST_CASE("verdict: several stages at capacity, nobody waits -> balanced") {
        {"write", stage_kind::sink, 1, 0.95, 0.04, 0.0}});
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::balanced);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("workers on each"));
+  // Four busy stages on 4 cores, all taken: scaling out is not the answer either.
+  r.cpus = 4;
+  r.process_cpu_s = 3.8 * r.wall_s;
+  r.verdict = m::diagnose(r);
+  REQUIRE(r.verdict.kind == verdict_kind::balanced);
+  CHECK(r.verdict.advice.find("workers on each") == std::string::npos);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("no spare cores"));
 }
 
 // ---- near-misses: each threshold from both sides -------------------------------------

@@ -94,11 +94,6 @@ void burn_cpu_for(std::chrono::microseconds d) {
   }
 }
 
-void busy_for(std::chrono::microseconds d) {
-  const auto end = std::chrono::steady_clock::now() + d;
-  while (std::chrono::steady_clock::now() < end) {
-  }
-}
 }  // namespace
 
 TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light ones together") {
@@ -111,12 +106,12 @@ TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light one
   constexpr int n = 400;
   std::vector<int> heavy_cpus, sink_cpus;
   const auto light = [](int x) {
-    busy_for(std::chrono::microseconds(100));
+    burn_cpu_for(std::chrono::microseconds(100));
     return x;
   };
   pipeline p{from_range(std::views::iota(0, n)) | map(light).name("light a") |
                  map([&](int x) {
-                   busy_for(std::chrono::microseconds(300));
+                   burn_cpu_for(std::chrono::microseconds(300));
                    if (x == n - 1) heavy_cpus = my_cpus();
                    return x;
                  }).name("heavy") |

@@ -11,11 +11,21 @@
 // runtime (host runtime: the stream thread reads this clock; CUDA: a reference event
 // recorded next to a now_ns() reading plus cudaEventElapsedTime).
 //
+// Beside it, for the report's CPU line: the CPU time of the whole process
+// (process_cpu_ns) and the number of CPUs it may run on (usable_cpus).
+//
 // Thread-safety: any thread.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#include <time.h>
+#endif
 
 namespace conveyor::metrics {
 
@@ -34,5 +44,32 @@ struct interval {
 };
 
 inline constexpr double ns_to_s(std::int64_t ns) noexcept { return static_cast<double>(ns) * 1e-9; }
+
+// CPU time used by every thread of this process so far, in nanoseconds (a system call,
+// ~0.2-1 us: read it per run or per report, not per item). 0 where there is no such clock.
+inline std::int64_t process_cpu_ns() noexcept {
+#if defined(__linux__)
+  timespec ts{};
+  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+#else
+  return 0;
+#endif
+}
+
+// The CPUs this process may run on: its affinity mask on Linux (a container's cpuset
+// or taskset), else the hardware's thread count; at least 1.
+inline std::size_t usable_cpus() noexcept {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return static_cast<std::size_t>(n);
+  }
+#endif
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : n;
+}
 
 }  // namespace conveyor::metrics

@@ -49,6 +49,7 @@ inline report window(const report& later, const report& earlier) {
   w.completed = sub(later.completed, earlier.completed);
   w.failed = sub(later.failed, earlier.failed);
   w.cancelled = sub(later.cancelled, earlier.cancelled);
+  w.process_cpu_s = subd(later.process_cpu_s, earlier.process_cpu_s);
   if (later.stages.size() == earlier.stages.size()) {
     for (std::size_t i = 0; i < w.stages.size(); ++i) {
       w.stages[i].items = sub(later.stages[i].items, earlier.stages[i].items);

@@ -136,6 +136,10 @@ struct report {
   latency_report batch_latency;
   conveyor::metrics::verdict verdict;
   std::string runtime;                // "host" or "cuda"
+  // The CPUs the process may run on, and the CPU time all its threads (the pipeline's
+  // and any others) used over wall_s; 0 when not measured.
+  std::size_t cpus = 0;
+  double process_cpu_s = 0.0;
 
   // Items produced but neither completed, failed nor cancelled (non-zero mid-run only).
   std::uint64_t in_flight() const noexcept {
@@ -218,6 +222,11 @@ inline double starved_fraction(const stage_report& s, double wall_s) noexcept {
 inline double blocked_fraction(const stage_report& s, double wall_s) noexcept {
   return fraction_of_capacity(s.blocked_s, wall_s, s.workers);
 }
+// Process CPU time over wall_s * cpus: how much of the machine (what this process may
+// use of it) was busy. 0 when not measured.
+inline double process_cpu_load(const report& r) noexcept {
+  return r.cpus == 0 ? 0.0 : fraction_of_capacity(r.process_cpu_s, r.wall_s, r.cpus);
+}
 // Lanes' stream time (H2D + compute + D2H) over wall_s * lanes: how much of the time
 // the lanes' streams had work. 0 without lanes.
 inline double lane_busy_fraction(const report& r) noexcept {
@@ -258,6 +267,10 @@ inline std::ostream& operator<<(std::ostream& os, const report& r) {
   o << "\n  throughput: " << d::fmt("%.1f", r.throughput) << " items/s";
   if (!r.lanes.empty()) o << ", GPU busy " << d::pct(r.gpu_busy_fraction) << "%";
   o << '\n';
+  if (r.cpus != 0)
+    o << "  CPU: the process kept " << d::fmt("%.2f", r.wall_s > 0 ? r.process_cpu_s / r.wall_s : 0.0)
+      << " of its " << r.cpus << (r.cpus == 1 ? " core" : " cores") << " busy ("
+      << d::pct(process_cpu_load(r)) << "%)\n";
 
   if (!r.stages.empty()) {
     o << "  " << d::pad("stage", 18, true) << d::pad("kind", 8, true) << d::pad("workers", 8)
@@ -351,6 +364,8 @@ inline std::string to_json(const report& r) {
   u64("cancelled", r.cancelled); o << ',';
   dbl("throughput", r.throughput); o << ',';
   str("runtime", r.runtime); o << ',';
+  u64("cpus", r.cpus); o << ',';
+  dbl("process_cpu_s", r.process_cpu_s); o << ',';
   key("stages");
   o << '[';
   for (std::size_t i = 0; i < r.stages.size(); ++i) {

@@ -48,6 +48,11 @@
 //        segment's host threads with the device not busy)  -> cpu_stage_bound
 //      With another stage at capacity too (load_o >= saturated), the advice says that
 //      relieving the named stage alone gains at most 1/load_o - 1.
+//      Where the advice is to add workers (a map stage, or several stages at capacity),
+//      but the process already keeps >= cores_busy of its CPUs busy (report::cpus and
+//      process_cpu_s), more workers would only share the same cores: the advice says so
+//      and turns to making the stage cheaper, moving its work to the GPU, more cores, and
+//      thread placement by load.
 //   4. Nothing at capacity:
 //      a. under_batched: batches leave on timeout (>= timeout_share of them) at a mean
 //         size <= fill_low x max_size while the device is busy < gpu_idle. Items arrive
@@ -86,6 +91,9 @@ struct verdict_thresholds {
   double gpu_idle = 0.5;
   // input-limited: every stage after the first starved at least this share
   double input_starved = 0.5;
+  // the process's CPU time over wall x usable CPUs at or above which the cores are
+  // taken: adding workers cannot help
+  double cores_busy = 0.9;
 };
 
 }  // namespace conveyor::metrics
@@ -272,6 +280,23 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
       best_score = sc;
     }
   }
+  // Whether the process already keeps its cores busy: then adding workers only makes
+  // more threads share them. With more threads than cores, placement by load keeps the
+  // slowest stage on a core of its own.
+  const double cpu_load = process_cpu_load(r);
+  const bool cores_taken = cpu_load >= th.cores_busy;
+  const std::string cores_note = "the process keeps " + d::pct(cpu_load) + " of its " +
+                                 std::to_string(r.cpus) + (r.cpus == 1 ? " core" : " cores") +
+                                 " busy";
+  std::size_t threads = 0;
+  for (const auto& s : r.stages) threads += s.workers;
+  const std::size_t best_workers = best != n ? r.stages[best].workers : 0;
+  const std::string placement_hint =
+      threads > r.cpus && best_workers < r.cpus
+          ? " With " + std::to_string(threads) + " stage threads on " + std::to_string(r.cpus) +
+                " cores, pipeline_options::placement = by_load gives it " +
+                (best_workers == 1 ? "a core" : "cores") + " of its own."
+          : std::string{};
   // Another stage at capacity that the waits cannot tell apart from `best` (score and
   // load both within `tie`): several stages share the limit.
   std::string tied;
@@ -283,8 +308,13 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
     v.kind = verdict_kind::balanced;
     v.summary = "several stages are at capacity and none waits on the others: " +
                 d::quoted(r.stages[best].name) + " " + d::pct(L[best].value) + tied;
-    v.advice = "no single knob: speeding up one of these stages alone will not help; scale "
-               "them together (workers on each), or accept this as the pipeline's capacity.";
+    v.advice = cores_taken
+                   ? "no single knob, and no spare cores: " + cores_note +
+                         "; make these stages cheaper together, move work onto the GPU, or "
+                         "run on more cores."
+                   : "no single knob: speeding up one of these stages alone will not help; "
+                     "scale them together (workers on each), or accept this as the "
+                     "pipeline's capacity.";
     return v;
   }
   if (best != n) {
@@ -310,6 +340,11 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
       v.advice = s.kind == stage_kind::sink
                      ? "make the sink cheaper or hand its work off (buffer, write asynchronously, "
                        "or do the heavy part in a map stage with workers before it)."
+                 : cores_taken
+                     ? "make " + d::quoted(s.name) + " cheaper: " + cores_note +
+                           ", so more workers would only share them. Reduce on the GPU "
+                           "(argmax / top-k) so less is left for the CPU, or run on more "
+                           "cores." + placement_hint
                      : "add workers to " + d::quoted(s.name) + " (.workers(" +
                            std::to_string(2 * s.workers) +
                            ")), or reduce on the GPU (argmax / top-k) so less is left for the CPU.";
@@ -327,8 +362,13 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
                      "items straight into the pinned slot in stage-in), or move work off it.";
           break;
         default:
-          v.advice = "add workers to " + d::quoted(s.name) + " (.workers(" +
-                     std::to_string(2 * s.workers) + ")), or move its work onto the GPU.";
+          v.advice = cores_taken
+                         ? "make " + d::quoted(s.name) + " cheaper or move its work onto the "
+                               "GPU: " + cores_note +
+                               ", so more workers would only share them; or run on more "
+                               "cores." + placement_hint
+                         : "add workers to " + d::quoted(s.name) + " (.workers(" +
+                               std::to_string(2 * s.workers) + ")), or move its work onto the GPU.";
       }
     }
     // Another stage near capacity caps what relieving this one can give.
