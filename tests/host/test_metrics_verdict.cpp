@@ -390,8 +390,10 @@ TEST_CASE("verdict: sink saturated, everyone upstream blocked -> sink_bound") {
   REQUIRE(r.verdict.stage == "write");
 }
 
-TEST_CASE("verdict: postprocess map after the GPU saturated -> sink_bound at it") {
-  const m::report r = make_report(
+namespace {
+// A one-worker postprocess map after the GPU at capacity; everything before it blocked.
+m::report argmax_bound() {
+  return make_report(
       10.0,
       {{"read", stage_kind::source, 1, 0.05, 0.0, 0.94},
        {"batch", stage_kind::batch, 1, 0.04, 0.02, 0.93},
@@ -399,6 +401,11 @@ TEST_CASE("verdict: postprocess map after the GPU saturated -> sink_bound at it"
        {"argmax", stage_kind::map, 1, 0.97, 0.02, 0.0},
        {"write", stage_kind::sink, 1, 0.02, 0.97, 0.0}},
       {{0.05, 0.25, 0.10}, {0.05, 0.25, 0.10}}, 0.30);
+}
+}  // namespace
+
+TEST_CASE("verdict: postprocess map after the GPU saturated -> sink_bound at it") {
+  const m::report r = argmax_bound();
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::sink_bound);
   REQUIRE(r.verdict.stage == "argmax");
@@ -406,14 +413,7 @@ TEST_CASE("verdict: postprocess map after the GPU saturated -> sink_bound at it"
 }
 
 TEST_CASE("verdict: a postprocess map at capacity on busy cores -> make it cheaper") {
-  m::report r = make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.05, 0.0, 0.94},
-       {"batch", stage_kind::batch, 1, 0.04, 0.02, 0.93},
-       {"gpu", stage_kind::gpu, 2, 0.03, 0.01, 0.95},
-       {"argmax", stage_kind::map, 1, 0.97, 0.02, 0.0},
-       {"write", stage_kind::sink, 1, 0.02, 0.97, 0.0}},
-      {{0.05, 0.25, 0.10}, {0.05, 0.25, 0.10}}, 0.30);
+  m::report r = argmax_bound();
   r.cpus = 1;
   r.process_cpu_s = 0.99 * r.wall_s;
   r.verdict = m::diagnose(r);

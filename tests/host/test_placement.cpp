@@ -13,10 +13,7 @@
 
 #include <time.h>  // clock_gettime(CLOCK_THREAD_CPUTIME_ID)
 
-#if defined(__linux__)
-#include <sched.h>
-#endif
-
+#include "conveyor/metrics/clock.hpp"
 #include "conveyor/pipeline.hpp"
 
 using namespace conveyor;
@@ -72,15 +69,7 @@ TEST_CASE("pipeline: placement by load needs a sane period") {
 #if defined(__linux__)
 namespace {
 // The CPUs this thread may run on.
-std::vector<int> my_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
+std::vector<int> my_cpus() { return metrics::allowed_cpus(); }
 
 // Burns d of this thread's CPU time: a preempted stage does not progress (real work).
 void burn_cpu_for(std::chrono::microseconds d) {

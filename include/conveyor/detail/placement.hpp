@@ -49,6 +49,7 @@
 #include <sched.h>
 #endif
 
+#include "conveyor/metrics/clock.hpp"
 #include "conveyor/metrics/stage_stats.hpp"
 
 namespace conveyor::detail {
@@ -144,7 +145,7 @@ class load_placer {
   // Starts re-planning every period, on a thread of its own. Does nothing (no thread)
   // when this process may run on fewer than two CPUs.
   load_placer(thread_registry& workers, std::chrono::milliseconds period)
-      : workers_(workers), period_(period), cpus_(allowed_cpus()) {
+      : workers_(workers), period_(period), cpus_(metrics::allowed_cpus()) {
     if (cpus_.size() >= 2) thread_ = std::thread([this] { loop(); });
   }
   load_placer(const load_placer&) = delete;
@@ -174,16 +175,6 @@ class load_placer {
     std::vector<look> looks;  // the last looks, oldest first
     std::size_t cpu;          // index into cpus_ it is pinned to, or unpinned
   };
-
-  static std::vector<int> allowed_cpus() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    std::vector<int> cpus;
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-    return cpus;
-  }
 
   static std::int64_t cpu_ns(clockid_t clock) noexcept {
     timespec ts{};

@@ -11,8 +11,8 @@
 // runtime (host runtime: the stream thread reads this clock; CUDA: a reference event
 // recorded next to a now_ns() reading plus cudaEventElapsedTime).
 //
-// Beside it, for the report's CPU line: the CPU time of the whole process
-// (process_cpu_ns) and the number of CPUs it may run on (usable_cpus).
+// Beside it, for the report's CPU line and for placement: the CPU time of the whole
+// process (process_cpu_ns) and the CPUs it may run on (allowed_cpus, usable_cpus).
 //
 // Thread-safety: any thread.
 #pragma once
@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <thread>
+#include <vector>
 
 #if defined(__linux__)
 #include <sched.h>
@@ -57,17 +58,23 @@ inline std::int64_t process_cpu_ns() noexcept {
 #endif
 }
 
-// The CPUs this process may run on: its affinity mask on Linux (a container's cpuset
-// or taskset), else the hardware's thread count; at least 1.
-inline std::size_t usable_cpus() noexcept {
+// The CPUs the calling thread may run on (its affinity mask: a container's cpuset or
+// taskset; threads it starts inherit it), in ascending order. Empty where unknown.
+inline std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
 #if defined(__linux__)
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return static_cast<std::size_t>(n);
-  }
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
 #endif
+  return cpus;
+}
+
+// How many: allowed_cpus(), else the hardware's thread count; at least 1.
+inline std::size_t usable_cpus() {
+  if (const std::size_t n = allowed_cpus().size(); n != 0) return n;
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : n;
 }
