@@ -58,11 +58,10 @@
 #include <type_traits>
 #include <utility>
 
-#include <time.h>  // clock_gettime(CLOCK_THREAD_CPUTIME_ID): the spin stages' CPU clock
-
 #include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/version.h>
 
+#include "conveyor/metrics/clock.hpp"
 #include "conveyor/pipeline.hpp"
 
 namespace {
@@ -84,11 +83,7 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-double process_cpu_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
+double process_cpu_ns() noexcept { return static_cast<double>(conveyor::metrics::process_cpu_ns()); }
 
 // CPU time of the whole process (every thread: the pipeline's, TBB's workers) over the
 // timed iterations, per item: what the pipeline costs beyond its stages' own work, and
@@ -210,16 +205,10 @@ void serial_trivial(benchmark::State& state) {
 
 enum class cost_kind { sleep, spin };
 
-std::int64_t thread_cpu_ns() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
-
 // Burns d of this thread's CPU time: while preempted it makes no progress.
 void burn_cpu(std::chrono::nanoseconds d) noexcept {
-  const std::int64_t end = thread_cpu_ns() + d.count();
-  while (thread_cpu_ns() < end) {
+  const std::int64_t end = conveyor::metrics::thread_cpu_ns() + d.count();
+  while (conveyor::metrics::thread_cpu_ns() < end) {
   }
 }
 

@@ -23,8 +23,6 @@
 #include <thread>
 #include <vector>
 
-#include <time.h>  // clock_gettime(CLOCK_THREAD_CPUTIME_ID): a stage that burns CPU
-
 #include "test_support.hpp"
 
 using namespace conveyor;
@@ -215,14 +213,7 @@ TEST_CASE("diagnosis: a CPU map burning every core -> cpu_stage_bound, advice fi
   const std::uint64_t n = items(300) * cores;
   pipeline p{numbers(n) |
                  map([](item x) {
-                   const auto thread_cpu = [] {
-                     timespec ts{};
-                     ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-                     return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-                   };
-                   const auto end = thread_cpu() + 1ms;
-                   while (thread_cpu() < end) {
-                   }
+                   t::burn_thread_cpu(1ms);
                    return x;
                  })
                      .workers(cores)

@@ -11,10 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include <time.h>  // clock_gettime(CLOCK_THREAD_CPUTIME_ID)
-
 #include "conveyor/metrics/clock.hpp"
 #include "conveyor/pipeline.hpp"
+#include "test_support.hpp"
 
 using namespace conveyor;
 using detail::plan_placement;
@@ -71,18 +70,6 @@ namespace {
 // The CPUs this thread may run on.
 std::vector<int> my_cpus() { return metrics::allowed_cpus(); }
 
-// Burns d of this thread's CPU time: a preempted stage does not progress (real work).
-void burn_cpu_for(std::chrono::microseconds d) {
-  const auto cpu_now = [] {
-    timespec ts{};
-    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-  };
-  const auto end = cpu_now() + d;
-  while (cpu_now() < end) {
-  }
-}
-
 }  // namespace
 
 TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light ones together") {
@@ -95,12 +82,12 @@ TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light one
   constexpr int n = 400;
   std::vector<int> heavy_cpus, sink_cpus;
   const auto light = [](int x) {
-    burn_cpu_for(std::chrono::microseconds(100));
+    test::burn_thread_cpu(std::chrono::microseconds(100));
     return x;
   };
   pipeline p{from_range(std::views::iota(0, n)) | map(light).name("light a") |
                  map([&](int x) {
-                   burn_cpu_for(std::chrono::microseconds(300));
+                   test::burn_thread_cpu(std::chrono::microseconds(300));
                    if (x == n - 1) heavy_cpus = my_cpus();
                    return x;
                  }).name("heavy") |
@@ -131,7 +118,7 @@ TEST_CASE("pipeline: placement by load is not fooled by a stage that runs ahead"
   std::vector<int> first_cpus, slow_cpus, last_cpus;
   const auto stage = [n](std::chrono::microseconds cost, std::vector<int>& cpus) {
     return [n, cost, &cpus](int x) {
-      burn_cpu_for(cost);
+      test::burn_thread_cpu(cost);
       if (x == n - 1) cpus = my_cpus();
       return x;
     };

@@ -1,13 +1,16 @@
 // Test helpers shared by the host tests: a lifetime-counting element, a move-only
-// element, and the stress scale (CONVEYOR_TEST_SCALE=percent shrinks stress loops for
+// element, a stage cost that burns thread CPU time, and the stress scale (CONVEYOR_TEST_SCALE=percent shrinks stress loops for
 // sanitizer builds, which run 5-20x slower).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+
+#include "conveyor/metrics/clock.hpp"
 
 namespace conveyor::test {
 
@@ -32,6 +35,15 @@ struct throwing_move_only {
   throwing_move_only(throwing_move_only&&) noexcept(false) = default;
   throwing_move_only& operator=(throwing_move_only&&) noexcept(false) = default;
 };
+
+// Burns d of this thread's CPU time: a preempted stage does not progress (real work,
+// unlike a wall-clock spin, which finishes early in CPU terms when the core is shared).
+inline void burn_thread_cpu(std::chrono::microseconds d) noexcept {
+  const std::int64_t end =
+      metrics::thread_cpu_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  while (metrics::thread_cpu_ns() < end) {
+  }
+}
 
 inline std::size_t scaled(std::size_t n) {
   const char* s = std::getenv("CONVEYOR_TEST_SCALE");

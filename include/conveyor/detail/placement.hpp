@@ -12,10 +12,10 @@
 // for its input sleeps after every item and is woken by the stage before it; Linux then
 // often wakes it on the waker's core, so a light stage keeps landing on the core of the
 // slowest one, which then loses the time the light one runs. bench_pipeline's
-// overlap/spin figure is bimodal for that reason: 0.82-0.86 in the runs where the 100 us
-// stage splits its items between the 300 us stage's core and the other, 0.94-0.97 where
-// it stays off it; pinned by hand (300 us alone, 200 + 100 together) it is 0.97-0.98 in
-// every run (see benchmarks/RESULTS.md).
+// overlap/spin figure is bimodal for that reason: 0.82-0.89 in the runs where the 100 us
+// stage splits its items between the 300 us stage's core and the other, 0.94-0.96 where
+// it stays off it; pinned by hand (300 us alone, 200 + 100 together) it is 0.966-0.982
+// in every run (see benchmarks/RESULTS.md).
 //
 // What it does: every period it reads each worker thread's CPU time (its thread CPU
 // clock) and the items its stage moved, and takes the CPU time per item over the last
@@ -38,7 +38,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <ctime>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -176,12 +175,6 @@ class load_placer {
     std::size_t cpu;          // index into cpus_ it is pinned to, or unpinned
   };
 
-  static std::int64_t cpu_ns(clockid_t clock) noexcept {
-    timespec ts{};
-    if (clock_gettime(clock, &ts) != 0) return 0;
-    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-  }
-
   // The first round comes after a fifth of a period (10 ms at least): a load per item
   // needs only a few items, and until the first plan the OS's placement, right or
   // wrong, stands.
@@ -210,7 +203,7 @@ class load_placer {
       std::vector<seen> now;
       std::vector<double> loads;
       for (const auto& w : live) {
-        const look current{cpu_ns(w.cpu_clock), w.stage->snapshot().items};
+        const look current{metrics::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items};
         const auto before = std::find_if(seen_.begin(), seen_.end(), [&](const seen& s) {
           return pthread_equal(s.thread, w.thread) != 0;
         });

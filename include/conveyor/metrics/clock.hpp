@@ -11,8 +11,9 @@
 // runtime (host runtime: the stream thread reads this clock; CUDA: a reference event
 // recorded next to a now_ns() reading plus cudaEventElapsedTime).
 //
-// Beside it, for the report's CPU line and for placement: the CPU time of the whole
-// process (process_cpu_ns) and the CPUs it may run on (allowed_cpus, usable_cpus).
+// Beside it, for the report's CPU line and for placement: CPU-time clocks (of the whole
+// process, of the calling thread, of any thread by its clock id) and the CPUs the
+// process may run on (allowed_cpus, usable_cpus).
 //
 // Thread-safety: any thread.
 #pragma once
@@ -46,13 +47,30 @@ struct interval {
 
 inline constexpr double ns_to_s(std::int64_t ns) noexcept { return static_cast<double>(ns) * 1e-9; }
 
-// CPU time used by every thread of this process so far, in nanoseconds (a system call,
-// ~0.2-1 us: read it per run or per report, not per item). 0 where there is no such clock.
+#if defined(__linux__)
+// CPU time on a CPU-time clock (CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID, or
+// another thread's from pthread_getcpuclockid), in nanoseconds; 0 if it cannot be read.
+// A system call (~0.2-1 us): read it per run, per report or per plan, not per item.
+inline std::int64_t cpu_clock_ns(clockid_t clock) noexcept {
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return 0;
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+#endif
+
+// CPU time used by every thread of this process so far; 0 where there is no such clock.
 inline std::int64_t process_cpu_ns() noexcept {
 #if defined(__linux__)
-  timespec ts{};
-  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return 0;
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+  return cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+#else
+  return 0;
+#endif
+}
+
+// CPU time used by the calling thread so far; 0 where there is no such clock.
+inline std::int64_t thread_cpu_ns() noexcept {
+#if defined(__linux__)
+  return cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
 #else
   return 0;
 #endif
