@@ -194,3 +194,24 @@ TEST_CASE("latency_histogram: merge equals recording both; reset empties") {
   REQUIRE(a.min() == 77);
   REQUIRE(a.max() == 77);
 }
+
+TEST_CASE("latency_histogram: a weighted record stands for that many equal records") {
+  std::mt19937_64 rng{5};
+  std::lognormal_distribution<double> d{std::log(2e5), 1.2};
+  std::uniform_int_distribution<std::uint64_t> w{1, 64};
+  latency_histogram weighted, repeated;
+  for (int i = 0; i < 5000; ++i) {
+    const auto v = static_cast<std::int64_t>(d(rng));
+    const std::uint64_t n = w(rng);
+    weighted.record(v, n);
+    for (std::uint64_t k = 0; k < n; ++k) repeated.record(v);
+  }
+  REQUIRE(weighted.count() == repeated.count());
+  REQUIRE(weighted.sum() == repeated.sum());
+  REQUIRE(weighted.min() == repeated.min());
+  REQUIRE(weighted.max() == repeated.max());
+  for (const double p : {0.0, 1.0, 25.0, 50.0, 90.0, 95.0, 99.0, 99.9, 100.0}) {
+    CAPTURE(p);
+    REQUIRE(weighted.percentile(p) == repeated.percentile(p));
+  }
+}

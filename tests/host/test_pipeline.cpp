@@ -149,13 +149,41 @@ TEST_CASE("pipeline: a batch of batches keeps every item's identity through two 
   for (std::uint64_t i = 0; i < n; ++i) REQUIRE(got[i] == i);
   // The outer batches count the items inside them, not their inner batches.
   REQUIRE(std::accumulate(outer_items.begin(), outer_items.end(), std::size_t{0}) == n);
-  // Every stage counts items, whatever it holds them in; the sink timed 1 in 8 of them.
+  // Every stage counts items, whatever it holds them in; the sink timed a sample of them,
+  // each standing for its sampling period.
   REQUIRE(r.stages.size() == 7);
   for (const auto& st : r.stages) {
     CAPTURE(st.name);
     REQUIRE(st.items == n);
   }
-  REQUIRE(r.item_latency.count == (n + detail::latency_sample_period - 1) / detail::latency_sample_period);
+  std::uint64_t represented = 0;
+  for (std::uint64_t i = 0; i < n; ++i) represented += detail::latency_sample_weight(i);
+  REQUIRE(r.item_latency.count == represented);
+}
+
+TEST_CASE("pipeline: the latency sample stands for every item of a long run") {
+  // Dense (1 in 8) at first, sparse (1 in 64) later; the weights add up to one per item
+  // whenever a run ends on a multiple of the sparse period.
+  std::uint64_t sum = 0;
+  for (std::uint64_t i = 0; i < 4 * detail::latency_dense_items; ++i) {
+    const std::uint32_t w = detail::latency_sample_weight(i);
+    REQUIRE((w == 0 || w == (i < detail::latency_dense_items ? 8u : 64u)));
+    sum += w;
+  }
+  REQUIRE(sum == 4 * detail::latency_dense_items);
+
+  const std::uint64_t n = 2 * detail::latency_dense_items + 64 * 10;
+  std::uint64_t got = 0;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+                 map([](std::uint64_t x) { return x + 1; }) |
+                 sink([&](std::uint64_t) { ++got; }),
+             pipeline_options{.metrics = true}};
+  const report r = p.run();
+  require_conserved(r);
+  REQUIRE(got == n);
+  REQUIRE(r.item_latency.count == n);
+  REQUIRE(r.item_latency.max_s >= r.item_latency.p99_s);
+  REQUIRE(r.item_latency.p50_s > 0.0);
 }
 
 TEST_CASE("meta_list: one pointer that grows, appends, copies and moves its items") {

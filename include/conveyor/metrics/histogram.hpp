@@ -57,16 +57,18 @@ class latency_histogram {
   latency_histogram(const latency_histogram&) = delete;
   latency_histogram& operator=(const latency_histogram&) = delete;
 
-  // Records one value in nanoseconds. Lock-free, allocation-free.
-  void record(std::int64_t ns) noexcept {
+  // Records one value in nanoseconds, standing for `weight` values (a sample taken once
+  // in `weight` items: counts, sum, mean and percentiles are then those of all the items,
+  // as if each had been recorded). Lock-free, allocation-free.
+  void record(std::int64_t ns, std::uint64_t weight = 1) noexcept {
     const std::uint64_t v = clamp(ns);
     // relaxed (all of these): each counter is an independent statistic; an atomic
     // read-modify-write loses no increment whatever the order, and no other memory is
     // published through them. Readers that need exact totals read after joining the
     // writers (thread join is the happens-before edge).
-    buckets_[bucket_index(v)].fetch_add(1, std::memory_order_relaxed);
-    totals_.count.fetch_add(1, std::memory_order_relaxed);
-    totals_.sum.fetch_add(v, std::memory_order_relaxed);
+    buckets_[bucket_index(v)].fetch_add(weight, std::memory_order_relaxed);
+    totals_.count.fetch_add(weight, std::memory_order_relaxed);
+    totals_.sum.fetch_add(v * weight, std::memory_order_relaxed);
     raise(totals_.max, v);
     lower(totals_.min, v);
   }

@@ -111,6 +111,9 @@ struct latency_report {
   double p99_s = 0.0;
   double max_s = 0.0;
   double mean_s = 0.0;
+  // Items the figures stand for: a source pipeline times a sample of its items, each
+  // recorded with its sampling period as its weight (see detail::latency_sample_weight),
+  // so over a whole run this is about the items completed.
   std::uint64_t count = 0;
 };
 

@@ -105,7 +105,7 @@ class terminal_node {
         const auto record = [&](const item_meta& m) {
           if (m.t0_ns == 0) return;  // not sampled
           if (t == 0) t = now_ns();
-          latency_->record(t - m.t0_ns);
+          latency_->record(t - m.t0_ns, m.weight);
         };
         if (metas.empty()) record(meta);
         for (const item_meta& m : metas) record(m);

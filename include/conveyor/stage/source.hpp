@@ -136,9 +136,10 @@ class source_node {
       if (!v) break;
       ctl_.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
       probe.items(1);
-      // entered: the end of the call; timed for 1 item in latency_sample_period
-      const std::int64_t t0 = probe.on() && seq % latency_sample_period == 0 ? now_ns() : 0;
-      const item_meta meta{seq++, t0, no_ticket};
+      // entered: the end of the call; timed for a sample of the items (see
+      // latency_sample_weight)
+      const std::uint32_t weight = probe.on() ? latency_sample_weight(seq) : 0;
+      const item_meta meta{seq++, weight != 0 ? now_ns() : 0, no_ticket, weight};
       if (!probe.push(*out_, envelope<out_type>{std::move(*v), meta, {}})) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
         break;
