@@ -16,6 +16,11 @@
 //   batched          the same per batch of B images
 //   thread_queue     a producer thread prepares batches into a bounded mutex + condvar
 //                    queue (depth 4); the calling thread copies, classifies and syncs each
+//   .../staging:pageable  each loop again, staging through pageable memory (std::vector)
+//                    instead of pinned buffers: its copies wait for the stream, as CUDA's
+//                    from and to pageable memory do (on the host runtime, emulated: sync,
+//                    then memcpy on the calling thread). conveyor's transfers take only
+//                    pinned memory, so it has no such row: these show what that is worth.
 //   conveyor/lanes:L source | map(prepare).workers(W).ordered() | batch(B) | gpu segment
 //                    with L lanes (2 slots each) | unbatch | sink, L = 1..4
 // Sweeps of the pipeline (2 lanes, the other knobs at their defaults):
@@ -27,12 +32,14 @@
 // The bandwidth probe, for the transfer stage's goodput as a ratio:
 //   bandwidth/h2d:pinned, bandwidth/d2h:pinned   copy_async of 2 x 8 MiB (host) or
 //                    2 x 64 MiB (CUDA) between pinned and device buffers, synchronized
-//   bandwidth/h2d:pageable                       (CUDA) cudaMemcpyAsync from a std::vector
+//   bandwidth/h2d:pageable, bandwidth/d2h:pageable  the same to and from a std::vector,
+//                    with the loops' pageable copies
 //
 // Counters:
 //   items_per_second   wall clock (UseRealTime); pipeline construction is not timed
 //                      (on CUDA it makes the lanes' cuBLAS handles)
-//   gpu_busy_fraction  conveyor only: the report's union of the lanes' compute intervals / wall
+//   gpu_busy_fraction  conveyor: the report's union of the lanes' compute intervals / wall;
+//                      loops: their classify time (timing events around it) / wall
 //   ideal_items_per_second  1 / the slowest stage measured in isolation in the same run,
 //                      just before the timed loop: prepare (per image, on one thread,
 //                      divided by the W workers the pipeline gets), the device step (H2D +
@@ -152,24 +159,85 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// One synchronous device step: B images already in pinned memory -> labels in pinned
-// memory. Elem: uint8 pixels (the model normalizes on the device) or normalized floats.
+// Where a loop stages its batches on the host: pinned buffers (what conveyor's slots
+// are), or pageable ones (a std::vector: what a loop written without pinning uses).
+enum class staging { pinned, pageable };
+
+// Copies between pageable memory and the device, as CUDA makes them ("API
+// synchronization behavior" in the CUDA runtime docs): from pageable memory the call
+// synchronizes the stream, then returns once the bytes are staged; to pageable memory it
+// returns once the copy completed. Either way the calling thread waits, and nothing it
+// does overlaps the stream. The host runtime is made to do the same: wait for the stream,
+// then memcpy on the calling thread. Conveyor's transfers take only pinned spans, so
+// these live here, for the loops it is compared with.
+template <class T>
+void pageable_h2d(conveyor::host::device_span<T> dst, const T* src, conveyor::host::stream& s) {
+  s.synchronize();
+  std::memcpy(dst.unsafe_host().data(), src, dst.size_bytes());
+}
+template <class T>
+void pageable_d2h(T* dst, std::type_identity_t<conveyor::host::device_span<const T>> src,
+                  conveyor::host::stream& s) {
+  s.synchronize();
+  std::memcpy(dst, src.unsafe_host().data(), src.size_bytes());
+}
+#if CONVEYOR_HAS_CUDA
+template <class T>
+void pageable_h2d(conveyor::cuda::device_span<T> dst, const T* src, conveyor::cuda::stream& s) {
+  CONVEYOR_CUDA_TRY(cudaMemcpyAsync(dst.data(), src, dst.size_bytes(), cudaMemcpyHostToDevice,
+                                    s.native()));
+}
+template <class T>
+void pageable_d2h(T* dst, std::type_identity_t<conveyor::cuda::device_span<const T>> src,
+                  conveyor::cuda::stream& s) {
+  CONVEYOR_CUDA_TRY(cudaMemcpyAsync(dst, src.data(), src.size_bytes(), cudaMemcpyDeviceToHost,
+                                    s.native()));
+}
+#endif
+
+// One synchronous device step: B images in host staging memory (pinned or pageable) ->
+// labels in host staging memory of the same kind. Elem: uint8 pixels (the model
+// normalizes on the device) or normalized floats.
 template <class R, class Elem = std::uint8_t>
 struct device_step {
   device_step(std::size_t batch, std::size_t n)
-      : in(batch * n), d_in(batch * n), d_out(batch), out(batch), n_(n) {}
+      : in(batch * n), d_in(batch * n), d_out(batch), out(batch), pageable_in(batch * n),
+        pageable_out(batch), n_(n) {}
 
-  // Enqueues H2D, classify and D2H of `items` images; nothing waits.
+  // Where a loop writes a batch's images, and reads its labels after run().
+  Elem* host_in(staging st) { return st == staging::pinned ? in.data() : pageable_in.data(); }
+  const std::uint32_t* host_out(staging st) const {
+    return st == staging::pinned ? out.data() : pageable_out.data();
+  }
+
+  // Enqueues H2D, classify and D2H of `items` images from and to pinned memory; nothing
+  // waits, nothing is timed (the stage-bound probe calls this back to back).
   template <class Model>
   void enqueue(Model& model, std::size_t items, std::size_t lane) {
     copy_async(d_in.span().subspan(0, items * n_), in.span().subspan(0, items * n_), s);
     model.classify(d_in.span().subspan(0, items * n_), d_out.span(), items, s, lane);
     copy_async(out.span().subspan(0, items), d_out.span().subspan(0, items), s);
   }
+
+  // Copies `items` images in from host_in(st), classifies them, copies the labels back to
+  // host_out(st) and waits. The classify step is timed by events on the stream: its time
+  // adds up in compute_s (the GPU's busy time, for the loops' gpu_busy_fraction).
   template <class Model>
-  void run(Model& model, std::size_t items, std::size_t lane) {
-    enqueue(model, items, lane);
+  void run(Model& model, std::size_t items, std::size_t lane, staging st = staging::pinned) {
+    const auto d_in_used = d_in.span().subspan(0, items * n_);
+    if (st == staging::pinned)
+      copy_async(d_in_used, in.span().subspan(0, items * n_), s);
+    else
+      pageable_h2d(d_in_used, pageable_in.data(), s);
+    compute_start.record(s);
+    model.classify(d_in_used, d_out.span(), items, s, lane);
+    compute_end.record(s);
+    if (st == staging::pinned)
+      copy_async(out.span().subspan(0, items), d_out.span().subspan(0, items), s);
+    else
+      pageable_d2h(pageable_out.data(), d_out.span().subspan(0, items), s);
     s.synchronize();
+    compute_s += static_cast<double>(elapsed_ms(compute_start, compute_end)) * 1e-3;
   }
 
   typename R::stream s;
@@ -177,6 +245,11 @@ struct device_step {
   typename R::template device_buffer<Elem> d_in;
   typename R::template device_buffer<std::uint32_t> d_out;
   typename R::template pinned_buffer<std::uint32_t> out;
+  std::vector<Elem> pageable_in;
+  std::vector<std::uint32_t> pageable_out;
+  typename R::event compute_start{conveyor::event_timing::enabled};
+  typename R::event compute_end{conveyor::event_timing::enabled};
+  double compute_s = 0;  // classify time of every run() so far
   std::size_t n_;
 };
 
@@ -257,13 +330,15 @@ struct bench_env {
   }
 
   // Counters every peer sets; false (and the benchmark skipped) when a label is wrong.
-  // timed_s: the timed part of every iteration, as the framework's real time counts it.
+  // timed_s: the timed part of every iteration, as the framework's real time counts it;
+  // compute_s (the loops; negative: not given): the device's classify time within it.
   bool finish(benchmark::State& state, double ideal, double timed_s,
-              const std::vector<std::uint32_t>& got) {
+              const std::vector<std::uint32_t>& got, double compute_s = -1) {
     const auto items = state.iterations() * static_cast<std::int64_t>(cfg.items);
     state.SetItemsProcessed(items);
     state.counters["ideal_items_per_second"] = ideal;
     if (timed_s > 0) state.counters["efficiency"] = static_cast<double>(items) / timed_s / ideal;
+    if (timed_s > 0 && compute_s >= 0) state.counters["gpu_busy_fraction"] = compute_s / timed_s;
     std::size_t differ = 0;
     for (std::size_t i = 0; i < cfg.items; ++i) differ += got[i] != expected[i];
     state.counters["labels_differ"] = static_cast<double>(differ);
@@ -283,54 +358,60 @@ struct bench_env {
   std::vector<std::uint8_t> tmp;
 };
 
+// The loops stage through env.step's host buffers of kind `st`, and run the device step
+// on lane max_lanes (a handle of its own). Their GPU busy fraction is the classify time
+// the step's events measured over the timed wall time (one stream: no overlap to merge).
 template <class R>
-void serial(benchmark::State& state, bench_env<R>& env) {
+void serial(benchmark::State& state, bench_env<R>& env, staging st) {
   const config& c = env.cfg;
   const double ideal = env.ideal_items_per_second();
   std::vector<std::uint32_t> got(c.items);
   double timed_s = 0;
+  env.step.compute_s = 0;
   for (auto _ : state) {
     const auto t0 = clock_type::now();
     for (std::uint64_t id = 0; id < c.items; ++id) {
       const image im = prepare(id, c);
-      std::memcpy(env.step.in.data(), im.px.data(), c.shape.input);
-      env.step.run(env.model, 1, bench_env<R>::max_lanes);
-      got[id] = env.step.out.data()[0];
+      std::memcpy(env.step.host_in(st), im.px.data(), c.shape.input);
+      env.step.run(env.model, 1, bench_env<R>::max_lanes, st);
+      got[id] = env.step.host_out(st)[0];
     }
     timed_s += seconds_since(t0);
   }
-  env.finish(state, ideal, timed_s, got);
+  env.finish(state, ideal, timed_s, got, env.step.compute_s);
 }
 
 template <class R>
-void batched(benchmark::State& state, bench_env<R>& env) {
+void batched(benchmark::State& state, bench_env<R>& env, staging st) {
   const config& c = env.cfg;
   const double ideal = env.ideal_items_per_second();
   std::vector<std::uint32_t> got(c.items);
   double timed_s = 0;
+  env.step.compute_s = 0;
   for (auto _ : state) {
     const auto t0 = clock_type::now();
     for (std::uint64_t first = 0; first < c.items; first += c.batch) {
       const std::size_t b = std::min<std::size_t>(c.batch, c.items - first);
       for (std::size_t i = 0; i < b; ++i) {
         const image im = prepare(first + i, c);
-        std::memcpy(env.step.in.data() + i * c.shape.input, im.px.data(), c.shape.input);
+        std::memcpy(env.step.host_in(st) + i * c.shape.input, im.px.data(), c.shape.input);
       }
-      env.step.run(env.model, b, bench_env<R>::max_lanes);
-      std::copy_n(env.step.out.data(), b, got.begin() + static_cast<std::ptrdiff_t>(first));
+      env.step.run(env.model, b, bench_env<R>::max_lanes, st);
+      std::copy_n(env.step.host_out(st), b, got.begin() + static_cast<std::ptrdiff_t>(first));
     }
     timed_s += seconds_since(t0);
   }
-  env.finish(state, ideal, timed_s, got);
+  env.finish(state, ideal, timed_s, got, env.step.compute_s);
 }
 
 // The hand-written overlap: one producer thread, a bounded mutex + condvar queue.
 template <class R>
-void thread_queue(benchmark::State& state, bench_env<R>& env) {
+void thread_queue(benchmark::State& state, bench_env<R>& env, staging st) {
   const config& c = env.cfg;
   const double ideal = env.ideal_items_per_second();
   std::vector<std::uint32_t> got(c.items);
   double timed_s = 0;
+  env.step.compute_s = 0;
   for (auto _ : state) {
     const auto t0 = clock_type::now();
     std::mutex m;
@@ -363,14 +444,14 @@ void thread_queue(benchmark::State& state, bench_env<R>& env) {
         cv.notify_all();
       }
       for (std::size_t i = 0; i < b.size(); ++i)
-        std::memcpy(env.step.in.data() + i * c.shape.input, b[i].px.data(), c.shape.input);
-      env.step.run(env.model, b.size(), bench_env<R>::max_lanes);
-      for (std::size_t i = 0; i < b.size(); ++i) got[b[i].id] = env.step.out.data()[i];
+        std::memcpy(env.step.host_in(st) + i * c.shape.input, b[i].px.data(), c.shape.input);
+      env.step.run(env.model, b.size(), bench_env<R>::max_lanes, st);
+      for (std::size_t i = 0; i < b.size(); ++i) got[b[i].id] = env.step.host_out(st)[i];
     }
     producer.join();
     timed_s += seconds_since(t0);
   }
-  env.finish(state, ideal, timed_s, got);
+  env.finish(state, ideal, timed_s, got, env.step.compute_s);
 }
 
 template <class R, class Elem>
@@ -442,44 +523,36 @@ void pipelined(benchmark::State& state, bench_env<R>& env, run_opts o) {
     pipelined_as<R, std::uint8_t>(state, env, o);
 }
 
-// Peak copy bandwidth between a pinned and a device buffer of c.copy_bytes, in one
-// direction: two copies in flight on one stream, synchronized per pair.
+// Peak copy bandwidth between a host buffer (pinned, or pageable: a std::vector) and a
+// device buffer of c.copy_bytes, in one direction: two copies on one stream, synchronized
+// per pair. Pageable copies go through pageable_h2d / pageable_d2h, as the loops' do.
 template <class R>
-void bandwidth_pinned(benchmark::State& state, bench_env<R>& env, bool h2d) {
+void bandwidth(benchmark::State& state, bench_env<R>& env, bool h2d, staging st) {
   const std::size_t bytes = env.cfg.copy_bytes;
   typename R::stream s;
-  typename R::template pinned_buffer<std::byte> host(2 * bytes);
+  typename R::template pinned_buffer<std::byte> pinned(st == staging::pinned ? 2 * bytes : 1);
+  std::vector<std::byte> pageable(st == staging::pageable ? 2 * bytes : 0, std::byte{1});
   typename R::template device_buffer<std::byte> dev(2 * bytes);
+  if (st == staging::pinned) std::fill_n(pinned.data(), pinned.size(), std::byte{1});
   for (auto _ : state) {
     for (std::size_t k = 0; k < 2; ++k) {
-      if (h2d)
-        copy_async(dev.span().subspan(k * bytes, bytes), host.span().subspan(k * bytes, bytes), s);
-      else
-        copy_async(host.span().subspan(k * bytes, bytes), dev.span().subspan(k * bytes, bytes), s);
+      const auto d = dev.span().subspan(k * bytes, bytes);
+      if (st == staging::pinned) {
+        const auto p = pinned.span().subspan(k * bytes, bytes);
+        if (h2d)
+          copy_async(d, p, s);
+        else
+          copy_async(p, d, s);
+      } else if (h2d) {
+        pageable_h2d(d, pageable.data() + k * bytes, s);
+      } else {
+        pageable_d2h(pageable.data() + k * bytes, d, s);
+      }
     }
     s.synchronize();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * bytes));
 }
-
-#if CONVEYOR_HAS_CUDA
-// The same H2D copies from pageable memory (a std::vector): what a loop that skips
-// pinned staging gets; the runtime takes only pinned spans, so this goes to CUDA directly.
-void bandwidth_pageable_h2d(benchmark::State& state, const config& c) {
-  const std::size_t bytes = c.copy_bytes;
-  conveyor::cuda::stream s;
-  std::vector<std::byte> host(2 * bytes, std::byte{1});
-  conveyor::cuda::device_buffer<std::byte> dev(2 * bytes);
-  for (auto _ : state) {
-    for (std::size_t k = 0; k < 2; ++k)
-      CONVEYOR_CUDA_TRY(cudaMemcpyAsync(dev.span().subspan(k * bytes, bytes).data(),
-                                        host.data() + k * bytes, bytes, cudaMemcpyHostToDevice,
-                                        s.native()));
-    s.synchronize();
-  }
-  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(2 * bytes));
-}
-#endif
 
 template <class R>
 void register_all(const config& c) {
@@ -490,12 +563,15 @@ void register_all(const config& c) {
     return *env;
   };
   const std::string rt{R::name};
-  benchmark::RegisterBenchmark((rt + "/serial").c_str(), [get](benchmark::State& s) { serial<R>(s, get()); })
-      ->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark((rt + "/batched").c_str(), [get](benchmark::State& s) { batched<R>(s, get()); })
-      ->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark((rt + "/thread_queue").c_str(), [get](benchmark::State& s) { thread_queue<R>(s, get()); })
-      ->UseRealTime()->Unit(benchmark::kMillisecond);
+  using loop_fn = void (*)(benchmark::State&, bench_env<R>&, staging);
+  const std::pair<const char*, loop_fn> loops[] = {
+      {"/serial", serial<R>}, {"/batched", batched<R>}, {"/thread_queue", thread_queue<R>}};
+  for (const staging st : {staging::pinned, staging::pageable})
+    for (const auto& [name, fn] : loops)
+      benchmark::RegisterBenchmark(
+          (rt + name + (st == staging::pageable ? "/staging:pageable" : "")).c_str(),
+          [get, fn, st](benchmark::State& s) { fn(s, get(), st); })
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
   auto conveyor_run = [get](const std::string& name, run_opts o) {
     benchmark::RegisterBenchmark(name.c_str(), [get, o](benchmark::State& s) { pipelined<R>(s, get(), o); })
         ->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -509,16 +585,12 @@ void register_all(const config& c) {
   if constexpr (!std::is_same_v<R, conveyor::host::runtime>)
     conveyor_run(rt + "/conveyor/graphs:on", {.graphs = true});
   conveyor_run(rt + "/conveyor/normalize:cpu", {.cpu_normalize = true});
-  for (const bool h2d : {true, false})
-    benchmark::RegisterBenchmark((rt + (h2d ? "/bandwidth/h2d:pinned" : "/bandwidth/d2h:pinned")).c_str(),
-                                 [get, h2d](benchmark::State& s) { bandwidth_pinned<R>(s, get(), h2d); })
-        ->UseRealTime()->Unit(benchmark::kMillisecond);
-#if CONVEYOR_HAS_CUDA
-  if constexpr (std::is_same_v<R, conveyor::cuda::runtime>)
-    benchmark::RegisterBenchmark((rt + "/bandwidth/h2d:pageable").c_str(),
-                                 [c](benchmark::State& s) { bandwidth_pageable_h2d(s, c); })
-        ->UseRealTime()->Unit(benchmark::kMillisecond);
-#endif
+  for (const staging st : {staging::pinned, staging::pageable})
+    for (const bool h2d : {true, false})
+      benchmark::RegisterBenchmark(
+          (rt + "/bandwidth/" + (h2d ? "h2d:" : "d2h:") + (st == staging::pinned ? "pinned" : "pageable")).c_str(),
+          [get, h2d, st](benchmark::State& s) { bandwidth<R>(s, get(), h2d, st); })
+          ->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
 void add_context(const char* runtime, const config& c) {

@@ -103,6 +103,10 @@ def pipeline(m):
             queue = ips.get(f"{rt}/thread_queue", {}).get("items_per_second")
             if serial and queue:
                 note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue"
+        if k.endswith("/staging:pageable"):
+            pinned = ips.get(k.removesuffix("/staging:pageable"), {}).get("items_per_second")
+            if pinned:
+                note = f"{rate / pinned:.2f}x the same loop staging in pinned memory"
         print(f"| {k} | {fmt_rate(rate)} | {'' if eff is None else f'{eff:.3f}'} | "
               f"{'' if busy is None else f'{busy:.2f}'} | {note} |")
     for w in (1, 2):
