@@ -10,7 +10,8 @@
 //   conveyor::report r = p.run();                              // blocks until done
 //
 // Service mode: start with conveyor::input<T>() instead of a source and leave the sink
-// out; then start(), submit(x) -> std::future<result>, stop(stop_mode::drain | cancel).
+// out; then start(), submit(x) -> std::future<result> (or submit(x, done): done gets a
+// conveyor::outcome<result>, nothing allocated per item), stop(stop_mode::drain | cancel).
 //
 // Lifecycle: the first exception in any stage stops the pipeline (rings closed, blocked
 // threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
@@ -38,6 +39,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -58,6 +60,7 @@
 #include "conveyor/metrics/report.hpp"
 #include "conveyor/metrics/trace_export.hpp"
 #include "conveyor/metrics/verdict.hpp"
+#include "conveyor/outcome.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/stage/batch.hpp"
 #include "conveyor/stage/concepts.hpp"
@@ -205,6 +208,9 @@ class pipeline<chain<Bound...>> {
   static_assert(has_sink || service,
                 "conveyor::pipeline: end the chain with conveyor::sink(...) (or start it with "
                 "conveyor::input<T>() to get results back from submit())");
+  static_assert(!(has_sink && service),
+                "conveyor::pipeline: a service pipeline (conveyor::input<T>()) hands each "
+                "result back through submit(): leave the sink out");
 
  public:
   // The type a service pipeline's submit() future yields.
@@ -254,38 +260,48 @@ class pipeline<chain<Bound...>> {
   }
 
   // Service mode: hands x to the pipeline; the future holds its result, or the error
-  // that stopped the pipeline, or closed_error if it was cancelled.
+  // that stopped the pipeline, or closed_error if it was cancelled. Each call allocates
+  // the future's shared state; submit(x, done) does not.
   // @note blocks while the pipeline is full (backpressure).
   // @throws closed_error when the pipeline is not running.
   std::future<result_type> submit(input_type x)
     requires service
   {
-    state& st = *state_;
-    if (!st.started || st.input_closed.load(std::memory_order_acquire))
-      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
-    auto ticket = st.free_tickets.pop();  // bounds the items in flight
-    if (!ticket) throw closed_error("conveyor::pipeline: submit() after stop()");
-    auto& slot = st.tickets[*ticket];
+    const std::uint32_t ticket = take_ticket();
+    auto& slot = state_->tickets[ticket];
     slot.promise = std::promise<result_type>{};
-    slot.in_use.store(true, std::memory_order_relaxed);  // relaxed: read after join
     auto fut = slot.promise.get_future();
-    const std::uint64_t seq = st.next_seq.fetch_add(1, std::memory_order_relaxed);
-    st.ctl.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
-    // release (via the ring's push): the promise written above is visible to whichever
-    // thread pops this envelope and fulfils it.
-    if (!std::get<0>(st.rings)->push(
-            detail::envelope<input_type>{
-                std::move(x), {seq, st.ctl.metrics_on ? detail::now_ns() : 0, *ticket}, {}})) {
-      st.ctl.cancel(1);
-      // Exactly one of this call and finish_threads() settles the promise: whichever
-      // takes in_use from true to false (acq_rel: pairs with the exchange there, so the
-      // loser sees the winner's claim).
-      if (slot.in_use.exchange(false, std::memory_order_acq_rel))
-        slot.promise.set_exception(std::make_exception_ptr(
-            closed_error("conveyor::pipeline: stopped before the item was accepted")));
-      (void)st.free_tickets.try_push(std::uint32_t{*ticket});  // never full: one slot per ticket
-    }
+    enter(std::move(x), ticket);
     return fut;
+  }
+
+  // Service mode, with a callback instead of a future: done(conveyor::outcome<result>)
+  // is called exactly once per accepted call, with the item's result, or the error that
+  // stopped the pipeline, or closed_error if the item was cancelled. It runs on the
+  // pipeline's result thread when the item completes; for an item that does not, on the
+  // thread that settles it (the one in stop() or wait(), or this one if the pipeline
+  // stopped before taking the item). done must be noexcept (nothing could catch what it
+  // throws) and copyable (it is kept in a std::function); one that fits std::function's
+  // small buffer (with libstdc++: trivially copyable, up to 16 bytes, e.g. a lambda
+  // capturing two pointers or references) costs no allocation: with it, an item goes
+  // from submit() to done without one.
+  // @note blocks while the pipeline is full (backpressure).
+  // @throws closed_error when the pipeline is not running (done is not called).
+  template <class Done>
+    requires service
+  void submit(input_type x, Done&& done) {
+    static_assert(std::is_invocable_v<Done&, outcome<result_type>&&>,
+                  "conveyor::pipeline::submit(x, done): done must be callable with "
+                  "conveyor::outcome<result> (the result type of the pipeline's last stage)");
+    static_assert(std::is_nothrow_invocable_v<Done&, outcome<result_type>&&>,
+                  "conveyor::pipeline::submit(x, done): declare done noexcept; it runs on the "
+                  "pipeline's threads, where nothing could catch what it throws");
+    static_assert(std::is_copy_constructible_v<std::decay_t<Done>>,
+                  "conveyor::pipeline::submit(x, done): done must be copyable (it is kept in a "
+                  "std::function); capture move-only state by pointer or std::shared_ptr");
+    const std::uint32_t ticket = take_ticket();
+    state_->tickets[ticket].done = std::forward<Done>(done);
+    enter(std::move(x), ticket);
   }
 
   // Stops the pipeline and waits for it. drain: input closes, everything inside
@@ -409,11 +425,30 @@ class pipeline<chain<Bound...>> {
   };
   using rings_t = typename ring_tuple<std::make_index_sequence<n_rings>>::type;
 
-  // The result end of a service pipeline: fulfils each item's future.
+  // One submitted item's way back: its future's promise, or its callback. in_use is
+  // true from submit() until the item is settled; exactly one thread settles it.
+  // Only a service pipeline has tickets (its result_type is never void); the others
+  // name a placeholder.
+  using ticket_value = std::conditional_t<service, result_type, int>;
   struct ticket_slot {
-    std::promise<result_type> promise;
+    std::promise<ticket_value> promise;                 // submit(x)
+    std::function<void(outcome<ticket_value>&&)> done;  // submit(x, done); else empty
     std::atomic<bool> in_use{false};
+
+    void succeed(ticket_value&& v) {
+      if (done)
+        std::exchange(done, nullptr)(outcome<ticket_value>::success(std::move(v)));
+      else
+        promise.set_value(std::move(v));
+    }
+    void fail(std::exception_ptr e) {
+      if (done)
+        std::exchange(done, nullptr)(outcome<ticket_value>::failure(std::move(e)));
+      else
+        promise.set_exception(std::move(e));
+    }
   };
+  // The result end of a service pipeline: settles each item's future or callback.
   struct result_deliver {
     state* st;
     void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
@@ -421,7 +456,7 @@ class pipeline<chain<Bound...>> {
         throw error("a service pipeline must deliver one result per submitted item; end "
                     "the chain with unbatch() after a batch");
       auto& slot = st->tickets[e.meta.ticket];
-      slot.promise.set_value(std::move(e.value));
+      slot.succeed(std::move(e.value));
       slot.in_use.store(false, std::memory_order_relaxed);  // relaxed: the ring push publishes
       st->free_tickets.push(std::uint32_t{e.meta.ticket});
     }
@@ -564,10 +599,45 @@ class pipeline<chain<Bound...>> {
 
   void close_input() {
     if constexpr (service) {
-      state_->input_closed.store(true, std::memory_order_release);  // pairs with submit()
+      state_->input_closed.store(true, std::memory_order_release);  // pairs with take_ticket()
       std::get<0>(state_->rings)->close();
     } else {
       state_->ctl.stop_source.store(true, std::memory_order_release);
+    }
+  }
+
+  // submit()'s first half: a free ticket, which bounds the items in flight.
+  // @note blocks while every ticket is out. @throws closed_error when not running.
+  std::uint32_t take_ticket() {
+    state& st = *state_;
+    if (!st.started || st.input_closed.load(std::memory_order_acquire))  // pairs with close_input()
+      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
+    auto ticket = st.free_tickets.pop();
+    if (!ticket) throw closed_error("conveyor::pipeline: submit() after stop()");
+    return *ticket;
+  }
+
+  // submit()'s second half: x enters the pipeline under `ticket`, whose promise or
+  // callback is set. If the pipeline stopped first, the item is settled here as cancelled.
+  void enter(input_type&& x, std::uint32_t ticket) {
+    state& st = *state_;
+    auto& slot = st.tickets[ticket];
+    slot.in_use.store(true, std::memory_order_relaxed);  // relaxed: read after join
+    const std::uint64_t seq = st.next_seq.fetch_add(1, std::memory_order_relaxed);
+    st.ctl.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
+    // release (via the ring's push): the promise or callback written before is visible
+    // to whichever thread pops this envelope and settles it.
+    if (!std::get<0>(st.rings)->push(
+            detail::envelope<input_type>{
+                std::move(x), {seq, st.ctl.metrics_on ? detail::now_ns() : 0, ticket}, {}})) {
+      st.ctl.cancel(1);
+      // Exactly one of this call and finish_threads() settles the item: whichever takes
+      // in_use from true to false (acq_rel: pairs with the exchange there, so the loser
+      // sees the winner's claim).
+      if (slot.in_use.exchange(false, std::memory_order_acq_rel))
+        slot.fail(std::make_exception_ptr(
+            closed_error("conveyor::pipeline: stopped before the item was accepted")));
+      (void)st.free_tickets.try_push(std::uint32_t{ticket});  // never full: one slot per ticket
     }
   }
 
@@ -587,11 +657,10 @@ class pipeline<chain<Bound...>> {
     if constexpr (service) {
       st.free_tickets.close();
       for (auto& slot : st.tickets)
-        if (slot.in_use.exchange(false, std::memory_order_acq_rel))  // see submit()
-          slot.promise.set_exception(st.ctl.error.failed()
-                                         ? st.ctl.error.get()
-                                         : std::make_exception_ptr(closed_error(
-                                               "conveyor::pipeline: the item was cancelled")));
+        if (slot.in_use.exchange(false, std::memory_order_acq_rel))  // see enter()
+          slot.fail(st.ctl.error.failed() ? st.ctl.error.get()
+                                          : std::make_exception_ptr(closed_error(
+                                                "conveyor::pipeline: the item was cancelled")));
     }
   }
 

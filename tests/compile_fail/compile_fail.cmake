@@ -60,6 +60,10 @@ conveyor_compile_case("unbatch after a non-vector" unbatch_non_vector fail
   MATCHES "stage type mismatch" "unbatch_stage")
 conveyor_compile_case("source returning a non-optional" source_not_optional fail
   MATCHES "must return std::optional<T>")
+conveyor_compile_case("service pipeline ending in a sink" service_with_sink fail
+  MATCHES "leave the sink out")
+conveyor_compile_case("submit(x, done) with a callback that may throw" submit_done_not_noexcept fail
+  MATCHES "declare done noexcept")
 
 # Positive control: a correct chain of the same shapes must build under the same flags.
 conveyor_compile_case("control: a matching chain compiles" control compile)

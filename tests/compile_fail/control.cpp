@@ -25,5 +25,8 @@ int main() {
                        conveyor::sink([](int) {})};
   conveyor::pipeline svc{conveyor::input<image>() | conveyor::map(to_tensor) |
                          conveyor::map([](tensor t) { return classify(t); })};
+  svc.start();
+  svc.submit(image{}, [](conveyor::outcome<int> r) noexcept { (void)r; });  // cf. submit_done_not_noexcept
+  (void)svc.stop(conveyor::stop_mode::drain);
   return p.run().completed == 0 ? 0 : 1;
 }

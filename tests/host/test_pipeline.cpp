@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -339,6 +340,140 @@ TEST_CASE("pipeline: stop(cancel) under load accounts for every item") {
   }
   REQUIRE(ok == c.completed);
   REQUIRE(ok + cancelled == 100);
+}
+
+TEST_CASE("pipeline: service mode: submit with a callback calls it once per item with its result") {
+  pipeline svc{input<int>() | map([](int x) { return x * 2; }).workers(2) | batch(4) |
+               map([](std::vector<int> v) {
+                 for (int& x : v) x += 1;
+                 return v;
+               }) |
+               unbatch()};
+  svc.start();
+  constexpr int clients = 4, per_client = 500;
+  std::atomic<long> sum{0};
+  std::atomic<int> calls{0}, errors{0};
+  std::vector<std::atomic<int>> seen(clients * per_client);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&, c] {
+      for (int i = 0; i < per_client; ++i) {
+        const int id = c * per_client + i;
+        svc.submit(id, [&, id](outcome<int> r) noexcept {
+          seen[static_cast<std::size_t>(id)].fetch_add(1);
+          calls.fetch_add(1);
+          if (!r) {
+            errors.fetch_add(1);
+            return;
+          }
+          if (*r != 2 * id + 1) errors.fetch_add(1);
+          sum.fetch_add(*r);
+        });
+      }
+    });
+  for (auto& th : threads) th.join();
+  const auto c = svc.stop(stop_mode::drain);
+  require_conserved(c);
+  REQUIRE(c.completed == clients * per_client);
+  REQUIRE(calls.load() == clients * per_client);
+  REQUIRE(errors.load() == 0);
+  REQUIRE(std::all_of(seen.begin(), seen.end(), [](const auto& n) { return n.load() == 1; }));
+  long expected = 0;
+  for (int id = 0; id < clients * per_client; ++id) expected += 2 * id + 1;
+  REQUIRE(sum.load() == expected);
+  REQUIRE_THROWS_AS(svc.submit(1, [](outcome<int>) noexcept {}), closed_error);
+  REQUIRE(calls.load() == clients * per_client);  // a refused call gets no callback
+}
+
+TEST_CASE("pipeline: service mode: submit with a callback settles cancelled and failed items too") {
+  SECTION("stop(cancel): every item gets its result or closed_error, exactly once") {
+    std::atomic<bool> release{false};
+    pipeline svc{input<int>() | map([&](int x) {
+                   while (!release.load()) std::this_thread::yield();
+                   return x;
+                 }).workers(2)};
+    svc.start();
+    std::atomic<int> ok{0}, cancelled{0}, other{0};
+    for (int i = 0; i < 100; ++i)
+      svc.submit(int{i}, [&](outcome<int> r) noexcept {
+        if (r) {
+          ok.fetch_add(1);
+          return;
+        }
+        try {
+          std::rethrow_exception(r.error());
+        } catch (const closed_error&) {
+          cancelled.fetch_add(1);
+        } catch (...) {
+          other.fetch_add(1);
+        }
+      });
+    std::thread releaser{[&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      release.store(true);
+    }};
+    const auto c = svc.stop(stop_mode::cancel);
+    releaser.join();
+    require_conserved(c);
+    REQUIRE(c.produced == 100);
+    REQUIRE(static_cast<std::uint64_t>(ok.load()) == c.completed);
+    REQUIRE(ok.load() + cancelled.load() == 100);
+    REQUIRE(other.load() == 0);
+  }
+  SECTION("a stage throws: the failed and the stranded items get the stage_error") {
+    pipeline svc{input<int>() | map([](int x) {
+                   if (x == 50) throw std::runtime_error("bad item");
+                   return x;
+                 })};
+    svc.start();
+    std::atomic<int> ok{0}, failed{0}, calls{0};
+    int submitted = 0;
+    try {
+      for (int i = 0; i < 1000; ++i) {
+        svc.submit(int{i}, [&](outcome<int> r) noexcept {
+          calls.fetch_add(1);
+          if (r) {
+            ok.fetch_add(1);
+            return;
+          }
+          try {
+            (void)r.value();  // rethrows
+          } catch (const stage_error&) {
+            failed.fetch_add(1);
+          } catch (const closed_error&) {  // submitted as the pipeline stopped
+            failed.fetch_add(1);
+          }
+        });
+        ++submitted;
+      }
+    } catch (const closed_error&) {  // the pipeline stopped: submit refuses
+    }
+    REQUIRE_THROWS_AS(svc.wait(), stage_error);
+    const auto c = svc.counts();
+    require_conserved(c);
+    REQUIRE(c.failed == 1);
+    REQUIRE(calls.load() == submitted);
+    REQUIRE(static_cast<std::uint64_t>(ok.load()) == c.completed);
+    REQUIRE(ok.load() + failed.load() == submitted);
+    REQUIRE(failed.load() >= 1);
+  }
+}
+
+TEST_CASE("outcome: a value or an error, never both") {
+  auto ok = outcome<std::string>::success("label");
+  REQUIRE(ok);
+  REQUIRE(ok.has_value());
+  REQUIRE(*ok == "label");
+  REQUIRE(ok->size() == 5);
+  REQUIRE(ok.value() == "label");
+  REQUIRE(ok.error() == nullptr);
+  const std::string moved = std::move(ok).value();
+  REQUIRE(moved == "label");
+
+  auto bad = outcome<std::string>::failure(std::make_exception_ptr(closed_error("cancelled")));
+  REQUIRE_FALSE(bad);
+  REQUIRE(bad.error() != nullptr);
+  REQUIRE_THROWS_AS(bad.value(), closed_error);
 }
 
 TEST_CASE("pipeline: stop(drain) on a running source pipeline ends it cleanly") {
