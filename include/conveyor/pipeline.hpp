@@ -11,7 +11,8 @@
 //
 // Service mode: start with conveyor::input<T>() instead of a source and leave the sink
 // out; then start(), submit(x) -> std::future<result> (or submit(x, done): done gets a
-// conveyor::outcome<result>, nothing allocated per item), stop(stop_mode::drain | cancel).
+// conveyor::outcome<result>, nothing allocated per item; try_submit(): refuses when full),
+// stop(stop_mode::drain | cancel).
 //
 // Lifecycle: the first exception in any stage stops the pipeline (rings closed, blocked
 // threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
@@ -304,6 +305,35 @@ class pipeline<chain<Bound...>> {
     enter(std::move(x), ticket);
   }
 
+  // As submit(x) and submit(x, done), but never wait for room: when the pipeline already
+  // holds as many items as it takes (1024), they refuse — nullopt, or false — and leave
+  // x as it was (it is moved from only when accepted), so a server can shed load or retry.
+  // @throws closed_error when the pipeline is not running.
+  std::optional<std::future<result_type>> try_submit(input_type&& x)
+    requires service
+  {
+    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    if (!ticket) return std::nullopt;
+    auto& slot = state_->tickets[*ticket];
+    slot.promise = std::promise<result_type>{};
+    auto fut = slot.promise.get_future();
+    enter(std::move(x), *ticket);
+    return fut;
+  }
+  template <class Done>
+    requires service
+  [[nodiscard]] bool try_submit(input_type&& x, Done&& done) {
+    static_assert(std::is_nothrow_invocable_v<Done&, outcome<result_type>&&> &&
+                      std::is_copy_constructible_v<std::decay_t<Done>>,
+                  "conveyor::pipeline::try_submit(x, done): done as for submit(x, done): "
+                  "noexcept, copyable, callable with conveyor::outcome<result>");
+    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    if (!ticket) return false;
+    state_->tickets[*ticket].done = std::forward<Done>(done);
+    enter(std::move(x), *ticket);
+    return true;
+  }
+
   // Stops the pipeline and waits for it. drain: input closes, everything inside
   // completes; cancel: stages stop at once, what is inside counts as cancelled.
   // @note blocks until every thread has joined. Rethrows a stage failure.
@@ -544,8 +574,9 @@ class pipeline<chain<Bound...>> {
                        "pipeline_options: placement_period must be >= 10 ms; 200 ms is the "
                        "default");
     }
+    // A slot in the input ring for every ticket: try_submit() relies on it.
     static std::size_t input_capacity() { return 1024; }
-    static std::size_t ticket_count(const chain<Bound...>&) { return 1024; }
+    static std::size_t ticket_count(const chain<Bound...>&) { return input_capacity(); }
 
     template <std::size_t... I>
     nodes_t make_nodes(stages_t& s, std::index_sequence<I...>) {
@@ -609,12 +640,22 @@ class pipeline<chain<Bound...>> {
   // submit()'s first half: a free ticket, which bounds the items in flight.
   // @note blocks while every ticket is out. @throws closed_error when not running.
   std::uint32_t take_ticket() {
-    state& st = *state_;
-    if (!st.started || st.input_closed.load(std::memory_order_acquire))  // pairs with close_input()
-      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
-    auto ticket = st.free_tickets.pop();
+    require_running();
+    auto ticket = state_->free_tickets.pop();
     if (!ticket) throw closed_error("conveyor::pipeline: submit() after stop()");
     return *ticket;
+  }
+  // try_submit()'s: nullopt when every ticket is out. With a ticket, enter() does not
+  // wait for room either: the input ring has a slot per ticket (its push may only wait
+  // out another thread's pop of that slot, already under way).
+  std::optional<std::uint32_t> try_take_ticket() {
+    require_running();
+    return state_->free_tickets.try_pop();
+  }
+  void require_running() const {
+    const state& st = *state_;
+    if (!st.started || st.input_closed.load(std::memory_order_acquire))  // pairs with close_input()
+      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
   }
 
   // submit()'s second half: x enters the pipeline under `ticket`, whose promise or

@@ -459,6 +459,44 @@ TEST_CASE("pipeline: service mode: submit with a callback settles cancelled and 
   }
 }
 
+TEST_CASE("pipeline: service mode: try_submit refuses when full and leaves the item intact") {
+  std::atomic<bool> release{false};
+  pipeline svc{input<std::string>() | map([&](std::string x) {
+                 while (!release.load()) std::this_thread::yield();
+                 return x.size();
+               })};
+  svc.start();
+  std::atomic<int> calls{0};
+  std::size_t accepted = 0;
+  std::vector<std::future<std::size_t>> futures;
+  for (;;) {  // the stage holds everything: tickets run out
+    std::string x(accepted % 7, 'x');
+    if (accepted % 2 == 0) {
+      if (!svc.try_submit(std::move(x), [&calls](outcome<std::size_t>) noexcept { calls.fetch_add(1); }))
+        break;
+    } else {
+      auto f = svc.try_submit(std::move(x));
+      if (!f) break;
+      futures.push_back(std::move(*f));
+    }
+    ++accepted;
+    REQUIRE(accepted <= 4096);  // a bound, or the loop would never end
+  }
+  CHECK(accepted == 1024);  // the service's in-flight bound
+  std::string kept = "still here";
+  REQUIRE_FALSE(svc.try_submit(std::move(kept), [&calls](outcome<std::size_t>) noexcept { calls.fetch_add(1); }));
+  REQUIRE(kept == "still here");  // refused: not moved from
+  REQUIRE_FALSE(svc.try_submit(std::move(kept)).has_value());
+  REQUIRE(kept == "still here");
+  release.store(true);
+  const auto c = svc.stop(stop_mode::drain);
+  require_conserved(c);
+  REQUIRE(c.completed == accepted);
+  REQUIRE(static_cast<std::size_t>(calls.load()) + futures.size() == accepted);
+  for (std::size_t i = 0; i < futures.size(); ++i) REQUIRE(futures[i].get() == (2 * i + 1) % 7);
+  REQUIRE_THROWS_AS(svc.try_submit(std::string{}), closed_error);
+}
+
 TEST_CASE("outcome: a value or an error, never both") {
   auto ok = outcome<std::string>::success("label");
   REQUIRE(ok);
