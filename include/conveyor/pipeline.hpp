@@ -285,7 +285,9 @@ class pipeline<chain<Bound...>> {
   // throws) and copyable (it is kept in a std::function); one that fits std::function's
   // small buffer (with libstdc++: trivially copyable, up to 16 bytes, e.g. a lambda
   // capturing two pointers or references) costs no allocation: with it, an item goes
-  // from submit() to done without one.
+  // from submit() to done without one. From inside done, follow-up items go in with
+  // try_submit() (submit() could wait for a ticket that only this thread frees), and
+  // stop() / wait() must not be called (they join this thread).
   // @note blocks while the pipeline is full (backpressure).
   // @throws closed_error when the pipeline is not running (done is not called).
   template <class Done>

@@ -497,6 +497,43 @@ TEST_CASE("pipeline: service mode: try_submit refuses when full and leaves the i
   REQUIRE_THROWS_AS(svc.try_submit(std::string{}), closed_error);
 }
 
+TEST_CASE("pipeline: service mode: a callback submits the follow-up item with try_submit") {
+  const auto inc = [](int x) { return x + 1; };
+  using svc_t = decltype(pipeline{input<int>() | map(inc).workers(2)});
+  svc_t svc{input<int>() | map(inc).workers(2)};
+  svc.start();
+  // Each chain counts from its start up to 100, one item per hop, each hop submitted by
+  // the callback of the one before it.
+  struct chain_state {
+    svc_t* svc;
+    std::atomic<int> finished{0}, refused{0};
+    void hop(outcome<int> r) noexcept {
+      if (!r) return;
+      if (*r >= 100) {
+        finished.fetch_add(1);
+        return;
+      }
+      try {
+        if (!svc->try_submit(int{*r}, [this](outcome<int> next) noexcept { hop(std::move(next)); }))
+          refused.fetch_add(1);
+      } catch (...) {  // stopped: not expected before every chain finished
+        refused.fetch_add(1);
+      }
+    }
+  } chains{&svc};
+  constexpr int n_chains = 16;
+  for (int c = 0; c < n_chains; ++c)
+    svc.submit(c, [&chains](outcome<int> r) noexcept { chains.hop(std::move(r)); });
+  while (chains.finished.load() + chains.refused.load() < n_chains) std::this_thread::yield();
+  const auto c = svc.stop(stop_mode::drain);
+  require_conserved(c);
+  REQUIRE(chains.refused.load() == 0);  // 16 chains never fill 1024 tickets
+  REQUIRE(chains.finished.load() == n_chains);
+  long hops = 0;
+  for (int s = 0; s < n_chains; ++s) hops += 100 - s;  // chain s: s -> s+1 -> ... -> 100
+  REQUIRE(c.completed == static_cast<std::uint64_t>(hops));
+}
+
 TEST_CASE("outcome: a value or an error, never both") {
   auto ok = outcome<std::string>::success("label");
   REQUIRE(ok);
