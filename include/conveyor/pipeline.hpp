@@ -268,11 +268,11 @@ class pipeline<chain<Bound...>> {
   std::future<result_type> submit(input_type x)
     requires service
   {
-    const std::uint32_t ticket = take_ticket();
-    auto& slot = state_->tickets[ticket];
-    slot.promise = std::promise<result_type>{};
-    auto fut = slot.promise.get_future();
-    enter(std::move(x), ticket);
+    std::future<result_type> fut;
+    enter(take_ticket(), std::move(x), [&fut](ticket_slot& slot) {
+      slot.promise = std::promise<result_type>{};
+      fut = slot.promise.get_future();
+    });
     return fut;
   }
 
@@ -302,9 +302,8 @@ class pipeline<chain<Bound...>> {
     static_assert(std::is_copy_constructible_v<std::decay_t<Done>>,
                   "conveyor::pipeline::submit(x, done): done must be copyable (it is kept in a "
                   "std::function); capture move-only state by pointer or std::shared_ptr");
-    const std::uint32_t ticket = take_ticket();
-    state_->tickets[ticket].done = std::forward<Done>(done);
-    enter(std::move(x), ticket);
+    enter(take_ticket(), std::move(x),
+          [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
   }
 
   // As submit(x) and submit(x, done), but never wait for room: when the pipeline already
@@ -316,10 +315,11 @@ class pipeline<chain<Bound...>> {
   {
     const std::optional<std::uint32_t> ticket = try_take_ticket();
     if (!ticket) return std::nullopt;
-    auto& slot = state_->tickets[*ticket];
-    slot.promise = std::promise<result_type>{};
-    auto fut = slot.promise.get_future();
-    enter(std::move(x), *ticket);
+    std::future<result_type> fut;
+    enter(*ticket, std::move(x), [&fut](ticket_slot& slot) {
+      slot.promise = std::promise<result_type>{};
+      fut = slot.promise.get_future();
+    });
     return fut;
   }
   template <class Done>
@@ -331,8 +331,8 @@ class pipeline<chain<Bound...>> {
                   "noexcept, copyable, callable with conveyor::outcome<result>");
     const std::optional<std::uint32_t> ticket = try_take_ticket();
     if (!ticket) return false;
-    state_->tickets[*ticket].done = std::forward<Done>(done);
-    enter(std::move(x), *ticket);
+    enter(*ticket, std::move(x),
+          [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
     return true;
   }
 
@@ -660,19 +660,33 @@ class pipeline<chain<Bound...>> {
       throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
   }
 
-  // submit()'s second half: x enters the pipeline under `ticket`, whose promise or
-  // callback is set. If the pipeline stopped first, the item is settled here as cancelled.
-  void enter(input_type&& x, std::uint32_t ticket) {
+  // submit()'s second half: arm(slot) sets the ticket's promise or callback, then x
+  // enters the pipeline under it. If arming or wrapping x throws (bad_alloc in a
+  // std::function, a throwing move), the ticket goes back unused: nothing is counted, no
+  // callback runs, and the pipeline keeps its capacity. If the pipeline stopped first,
+  // the item is settled here as cancelled.
+  template <class Arm>
+  void enter(std::uint32_t ticket, input_type&& x, Arm&& arm) {
     state& st = *state_;
     auto& slot = st.tickets[ticket];
+    std::optional<detail::envelope<input_type>> e;
+    try {
+      arm(slot);
+      e.emplace(detail::envelope<input_type>{
+          std::move(x),
+          {st.next_seq.fetch_add(1, std::memory_order_relaxed),
+           st.ctl.metrics_on ? detail::now_ns() : 0, ticket},
+          {}});
+    } catch (...) {
+      slot.done = nullptr;
+      (void)st.free_tickets.try_push(std::uint32_t{ticket});  // never full: one slot per ticket
+      throw;
+    }
     slot.in_use.store(true, std::memory_order_relaxed);  // relaxed: read after join
-    const std::uint64_t seq = st.next_seq.fetch_add(1, std::memory_order_relaxed);
     st.ctl.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
     // release (via the ring's push): the promise or callback written before is visible
     // to whichever thread pops this envelope and settles it.
-    if (!std::get<0>(st.rings)->push(
-            detail::envelope<input_type>{
-                std::move(x), {seq, st.ctl.metrics_on ? detail::now_ns() : 0, ticket}, {}})) {
+    if (!std::get<0>(st.rings)->push(std::move(*e))) {
       st.ctl.cancel(1);
       // Exactly one of this call and finish_threads() settles the item: whichever takes
       // in_use from true to false (acq_rel: pairs with the exchange there, so the loser

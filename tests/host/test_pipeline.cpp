@@ -465,6 +465,7 @@ TEST_CASE("pipeline: service mode: try_submit refuses when full and leaves the i
                  while (!release.load()) std::this_thread::yield();
                  return x.size();
                })};
+  const conveyor::test::release_on_exit open_gate{release};  // after svc: see test_support.hpp
   svc.start();
   std::atomic<int> calls{0};
   std::size_t accepted = 0;

@@ -1,8 +1,10 @@
 // A service pipeline driven with submit(x, done) allocates nothing per item once warm;
-// submit(x) allocates each future's shared state. This binary replaces the global
-// operator new to count the allocations made, on every thread, while a window is open.
+// submit(x) allocates each future's shared state; a submit whose allocation fails gives
+// its ticket back. This binary replaces the global operator new to count the allocations
+// made, on every thread, while a window is open, and to fail the next one on request.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -12,10 +14,12 @@
 #include <vector>
 
 #include "conveyor/pipeline.hpp"
+#include "test_support.hpp"
 
 namespace {
 std::atomic<bool> counting{false};
 std::atomic<std::uint64_t> allocations{0};
+std::atomic<bool> fail_next{false};  // the next allocation, on any thread, throws
 }  // namespace
 
 // g++ warns that free() releases what operator new returned: here that is what operator
@@ -28,6 +32,7 @@ std::atomic<std::uint64_t> allocations{0};
 // for (the callbacks' count, or future::get(), orders it).
 void* operator new(std::size_t n) {
   if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (fail_next.exchange(false, std::memory_order_relaxed)) throw std::bad_alloc{};
   if (void* p = std::malloc(n != 0 ? n : 1)) return p;
   throw std::bad_alloc{};
 }
@@ -78,4 +83,35 @@ TEST_CASE("service: submit with a small callback allocates nothing per item; sub
   CAPTURE(with_callbacks, with_futures);
   REQUIRE(with_callbacks == 0);
   REQUIRE(with_futures >= futures);  // the counter sees allocations on these threads
+}
+
+TEST_CASE("service: a submit whose callback cannot be stored gives its ticket back") {
+  std::atomic<bool> release{false};
+  pipeline svc{input<int>() | map([&](int x) {
+                 while (!release.load()) std::this_thread::yield();
+                 return x;
+               })};
+  const conveyor::test::release_on_exit open_gate{release};  // after svc: see test_support.hpp
+  svc.start();
+  std::atomic<int> calls{0};
+  // Too big for std::function's inline buffer: storing it allocates.
+  struct big_callback {
+    std::array<char, 64> state{};
+    std::atomic<int>* calls;
+    void operator()(outcome<int>) noexcept { calls->fetch_add(1); }
+  };
+  for (int k = 0; k < 5; ++k) {
+    fail_next.store(true);
+    REQUIRE_THROWS_AS(svc.submit(1, big_callback{{}, &calls}), std::bad_alloc);
+  }
+  fail_next.store(false);
+  std::size_t accepted = 0;  // the stage holds every item: this counts the free tickets
+  while (svc.try_submit(2, [&calls](outcome<int>) noexcept { calls.fetch_add(1); })) ++accepted;
+  REQUIRE(accepted == 1024);  // none lost to the failed calls
+  release.store(true);
+  const auto c = svc.stop(stop_mode::drain);
+  CAPTURE(c.produced, c.completed, c.failed, c.cancelled);
+  REQUIRE(c.produced == accepted);  // the failed calls were never counted
+  REQUIRE(c.completed == accepted);
+  REQUIRE(static_cast<std::size_t>(calls.load()) == accepted);  // nor called back
 }

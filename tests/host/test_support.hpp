@@ -1,5 +1,5 @@
 // Test helpers shared by the host tests: a lifetime-counting element, a move-only
-// element, a stage cost that burns thread CPU time, and the stress scale (CONVEYOR_TEST_SCALE=percent shrinks stress loops for
+// element, a gate opened on scope exit, a stage cost that burns thread CPU time, and the stress scale (CONVEYOR_TEST_SCALE=percent shrinks stress loops for
 // sanitizer builds, which run 5-20x slower).
 #pragma once
 
@@ -44,6 +44,14 @@ inline void burn_thread_cpu(std::chrono::microseconds d) noexcept {
   while (metrics::thread_cpu_ns() < end) {
   }
 }
+
+// Sets a gate flag when it goes out of scope. Declared after the pipeline whose stage
+// waits on the gate, it opens the gate before the pipeline's destructor joins that stage,
+// so a failed REQUIRE in between ends the test instead of hanging it.
+struct release_on_exit {
+  std::atomic<bool>& gate;
+  ~release_on_exit() { gate.store(true); }
+};
 
 inline std::size_t scaled(std::size_t n) {
   const char* s = std::getenv("CONVEYOR_TEST_SCALE");
