@@ -35,6 +35,38 @@ void random_pause(std::uint64_t seed) {
   }
 }
 
+// A service: x * 2 on 2 workers, batches of 4, + 1 each, unbatched: x gives 2x + 1.
+auto doubling_service() {
+  return pipeline{input<int>() | map([](int x) { return x * 2; }).workers(2) | batch(4) |
+                  map([](std::vector<int> v) {
+                    for (int& x : v) x += 1;
+                    return v;
+                  }) |
+                  unbatch()};
+}
+
+// A service whose 2 workers hold each item until `release` is set, then pass it on.
+auto gated_service(std::atomic<bool>& release) {
+  return pipeline{input<int>() | map([&release](int x) {
+                    while (!release.load()) std::this_thread::yield();
+                    return x;
+                  }).workers(2)};
+}
+
+// Stops a gated service with cancel while another thread opens the gate 5 ms later, so
+// the stop lands with items held, in flight and queued. Checks the accounting.
+template <class Svc>
+auto cancel_under_load(Svc& svc, std::atomic<bool>& release) {
+  std::thread releaser{[&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    release.store(true);
+  }};
+  const auto c = svc.stop(stop_mode::cancel);
+  releaser.join();
+  require_conserved(c);
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("pipeline: source -> parallel ordered maps -> sink keeps input order") {
@@ -280,12 +312,7 @@ TEST_CASE("pipeline: a slow sink never lets items in flight exceed the bound") {
 }
 
 TEST_CASE("pipeline: service mode: submit returns futures, stop(drain) completes all") {
-  pipeline svc{input<int>() | map([](int x) { return x * 2; }).workers(2) | batch(4) |
-               map([](std::vector<int> v) {
-                 for (int& x : v) x += 1;
-                 return v;
-               }) |
-               unbatch()};
+  auto svc = doubling_service();
   svc.start();
   std::vector<std::future<int>> futures;
   std::vector<std::thread> clients;
@@ -313,20 +340,11 @@ TEST_CASE("pipeline: service mode: submit returns futures, stop(drain) completes
 
 TEST_CASE("pipeline: stop(cancel) under load accounts for every item") {
   std::atomic<bool> release{false};
-  pipeline svc{input<int>() | map([&](int x) {
-                 while (!release.load()) std::this_thread::yield();
-                 return x;
-               }).workers(2)};
+  auto svc = gated_service(release);
   svc.start();
   std::vector<std::future<int>> futures;
   for (int i = 0; i < 100; ++i) futures.push_back(svc.submit(int{i}));
-  std::thread releaser{[&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    release.store(true);
-  }};
-  const auto c = svc.stop(stop_mode::cancel);
-  releaser.join();
-  require_conserved(c);
+  const auto c = cancel_under_load(svc, release);
   REQUIRE(c.produced == 100);
   REQUIRE(c.cancelled >= 98 - c.completed);
   std::size_t ok = 0, cancelled = 0;
@@ -343,12 +361,7 @@ TEST_CASE("pipeline: stop(cancel) under load accounts for every item") {
 }
 
 TEST_CASE("pipeline: service mode: submit with a callback calls it once per item with its result") {
-  pipeline svc{input<int>() | map([](int x) { return x * 2; }).workers(2) | batch(4) |
-               map([](std::vector<int> v) {
-                 for (int& x : v) x += 1;
-                 return v;
-               }) |
-               unbatch()};
+  auto svc = doubling_service();
   svc.start();
   constexpr int clients = 4, per_client = 500;
   std::atomic<long> sum{0};
@@ -388,10 +401,7 @@ TEST_CASE("pipeline: service mode: submit with a callback calls it once per item
 TEST_CASE("pipeline: service mode: submit with a callback settles cancelled and failed items too") {
   SECTION("stop(cancel): every item gets its result or closed_error, exactly once") {
     std::atomic<bool> release{false};
-    pipeline svc{input<int>() | map([&](int x) {
-                   while (!release.load()) std::this_thread::yield();
-                   return x;
-                 }).workers(2)};
+    auto svc = gated_service(release);
     svc.start();
     std::atomic<int> ok{0}, cancelled{0}, other{0};
     for (int i = 0; i < 100; ++i)
@@ -408,13 +418,7 @@ TEST_CASE("pipeline: service mode: submit with a callback settles cancelled and 
           other.fetch_add(1);
         }
       });
-    std::thread releaser{[&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      release.store(true);
-    }};
-    const auto c = svc.stop(stop_mode::cancel);
-    releaser.join();
-    require_conserved(c);
+    const auto c = cancel_under_load(svc, release);
     REQUIRE(c.produced == 100);
     REQUIRE(static_cast<std::uint64_t>(ok.load()) == c.completed);
     REQUIRE(ok.load() + cancelled.load() == 100);
