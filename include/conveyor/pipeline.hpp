@@ -682,7 +682,10 @@ class pipeline<chain<Bound...>> {
       (void)st.free_tickets.try_push(std::uint32_t{ticket});  // never full: one slot per ticket
       throw;
     }
-    slot.in_use.store(true, std::memory_order_relaxed);  // relaxed: read after join
+    // release: pairs with the acq_rel exchange in finish_threads(); if a stop() racing
+    // this call settles the item from its own thread, it sees the promise or callback
+    // that arm() wrote.
+    slot.in_use.store(true, std::memory_order_release);
     st.ctl.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
     // release (via the ring's push): the promise or callback written before is visible
     // to whichever thread pops this envelope and settles it.
