@@ -23,14 +23,6 @@
 #include "conveyor/runtime/concepts.hpp"
 #include "test_support.hpp"
 
-#if defined(__SANITIZE_THREAD__)
-#define CONVEYOR_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define CONVEYOR_TEST_TSAN 1
-#endif
-#endif
-
 namespace host = conveyor::host;
 using conveyor::event_timing;
 using namespace std::chrono_literals;

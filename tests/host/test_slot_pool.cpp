@@ -22,14 +22,6 @@
 #include "conveyor/runtime/host/runtime.hpp"
 #include "test_support.hpp"
 
-#if defined(__SANITIZE_THREAD__)
-#define CONVEYOR_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define CONVEYOR_TEST_TSAN 1
-#endif
-#endif
-
 // ---- allocation counter: every operator new in this binary goes through here ----------
 
 namespace {

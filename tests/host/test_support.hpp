@@ -12,6 +12,16 @@
 
 #include "conveyor/metrics/clock.hpp"
 
+// CONVEYOR_TEST_TSAN: built with ThreadSanitizer, which instruments every atomic access
+// (a ring's pop or push then costs microseconds) and intercepts allocation.
+#if defined(__SANITIZE_THREAD__)
+#define CONVEYOR_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CONVEYOR_TEST_TSAN 1
+#endif
+#endif
+
 namespace conveyor::test {
 
 // Counts live instances so a test can assert constructions balance destructions.
