@@ -1,7 +1,7 @@
 // A service pipeline driven with submit(x, done) allocates nothing per item once warm;
 // submit(x) allocates each future's shared state; a submit whose allocation fails gives
-// its ticket back. This binary replaces the global operator new to count the allocations
-// made, on every thread, while a window is open, and to fail the next one on request.
+// its ticket back. This binary replaces the global operator new (replace_new.hpp) to
+// count the allocations made on every thread, and to fail the next one on request.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -16,28 +16,13 @@
 #include "conveyor/pipeline.hpp"
 #include "test_support.hpp"
 
+// Counts every allocation in this binary, on every thread; fails one on request.
+#include "replace_new.hpp"
+
 namespace {
-std::atomic<bool> counting{false};
-std::atomic<std::uint64_t> allocations{0};
-std::atomic<bool> fail_next{false};  // the next allocation, on any thread, throws
+using conveyor::test::allocations;
+using conveyor::test::fail_next_allocation;
 }  // namespace
-
-// g++ warns that free() releases what operator new returned: here that is what operator
-// new does (malloc), which g++ cannot see once the replacement is inlined.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-// relaxed: counters read by the test thread after the work they count has been waited
-// for (the callbacks' count, or future::get(), orders it).
-void* operator new(std::size_t n) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (fail_next.exchange(false, std::memory_order_relaxed)) throw std::bad_alloc{};
-  if (void* p = std::malloc(n != 0 ? n : 1)) return p;
-  throw std::bad_alloc{};
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 using namespace conveyor;
 
@@ -61,19 +46,17 @@ TEST_CASE("service: submit with a small callback allocates nothing per item; sub
   submit_and_wait(0, 2000);  // warm-up: threads started, every lazy structure touched
 
   constexpr std::uint64_t measured = 20000;
-  counting.store(true);
+  std::uint64_t before = allocations.load();
   submit_and_wait(2000, measured);
-  counting.store(false);
-  const std::uint64_t with_callbacks = allocations.exchange(0);
+  const std::uint64_t with_callbacks = allocations.load() - before;
 
   constexpr std::size_t futures = 1000;
   std::vector<std::future<std::uint64_t>> f;
   f.reserve(futures);
-  counting.store(true);
+  before = allocations.load();
   for (std::size_t i = 0; i < futures; ++i) f.push_back(svc.submit(std::uint64_t{i}));
   for (auto& x : f) (void)x.get();
-  counting.store(false);
-  const std::uint64_t with_futures = allocations.exchange(0);
+  const std::uint64_t with_futures = allocations.load() - before;
 
   const auto c = svc.stop(stop_mode::drain);
   std::uint64_t expected = 0;
@@ -101,10 +84,10 @@ TEST_CASE("service: a submit whose callback cannot be stored gives its ticket ba
     void operator()(outcome<int>) noexcept { calls->fetch_add(1); }
   };
   for (int k = 0; k < 5; ++k) {
-    fail_next.store(true);
+    fail_next_allocation.store(true);
     REQUIRE_THROWS_AS(svc.submit(1, big_callback{{}, &calls}), std::bad_alloc);
   }
-  fail_next.store(false);
+  fail_next_allocation.store(false);
   std::size_t accepted = 0;  // the stage holds every item: this counts the free tickets
   while (svc.try_submit(2, [&calls](outcome<int>) noexcept { calls.fetch_add(1); })) ++accepted;
   REQUIRE(accepted == 1024);  // none lost to the failed calls

@@ -22,73 +22,8 @@
 #include "conveyor/runtime/host/runtime.hpp"
 #include "test_support.hpp"
 
-// ---- allocation counter: every operator new in this binary goes through here ----------
-
-namespace {
-// relaxed: a tally read after the threads that allocate have been joined or synchronized.
-std::atomic<std::uint64_t> g_allocations{0};
-
-void* counted_alloc(std::size_t n, std::size_t align) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (n == 0) n = 1;
-  void* p = align <= alignof(std::max_align_t)
-                ? std::malloc(n)
-                : std::aligned_alloc(align, (n + align - 1) / align * align);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-}  // namespace
-
-// Every replaceable form, so none falls through to a sanitizer's own (which would pair
-// its new with our free and report a mismatch).
-void* operator new(std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
-void* operator new[](std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
-void* operator new(std::size_t n, std::align_val_t a) {
-  return counted_alloc(n, static_cast<std::size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a) {
-  return counted_alloc(n, static_cast<std::size_t>(a));
-}
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n, alignof(std::max_align_t));
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n, alignof(std::max_align_t));
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n, static_cast<std::size_t>(a));
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n, static_cast<std::size_t>(a));
-  } catch (...) {
-    return nullptr;
-  }
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+// Every operator new in this binary goes through replace_new.hpp, which counts them.
+#include "replace_new.hpp"
 
 namespace host = conveyor::host;
 using pool_t = conveyor::slot_pool<host::runtime, std::uint64_t>;
@@ -319,9 +254,9 @@ TEST_CASE("slot_pool with jitter: releasing without the lane's event is caught a
 
 TEST_CASE("slot_pool: acquire, release and stream work allocate nothing after construction") {
   constexpr std::size_t k = 32;
-  const std::uint64_t at_start = g_allocations.load(std::memory_order_relaxed);
+  const std::uint64_t at_start = conveyor::test::allocations.load(std::memory_order_relaxed);
   pool_t pool{3, k, k};
-  REQUIRE(g_allocations.load(std::memory_order_relaxed) > at_start);  // the counter counts
+  REQUIRE(conveyor::test::allocations.load(std::memory_order_relaxed) > at_start);  // the counter counts
   host::stream lane{host::jitter{5, 5us}};
   host::event done;
   std::uint64_t sum = 0;  // lane thread only, until synchronize()
@@ -343,10 +278,10 @@ TEST_CASE("slot_pool: acquire, release and stream work allocate nothing after co
   one_batch(0);  // warm-up: first-use lazy initialization anywhere is not the hot path
   lane.synchronize();
   const std::uint64_t batches = conveyor::test::scaled(5'000);
-  const std::uint64_t before = g_allocations.load(std::memory_order_relaxed);
+  const std::uint64_t before = conveyor::test::allocations.load(std::memory_order_relaxed);
   for (std::uint64_t b = 1; b <= batches; ++b) one_batch(b);
   lane.synchronize();
-  const std::uint64_t after = g_allocations.load(std::memory_order_relaxed);
+  const std::uint64_t after = conveyor::test::allocations.load(std::memory_order_relaxed);
   REQUIRE(after == before);
   std::uint64_t expected = 0;
   for (std::uint64_t b = 0; b <= batches; ++b) expected += k * b + k * (k - 1) / 2;
