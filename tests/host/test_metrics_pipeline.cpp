@@ -273,11 +273,13 @@ TEST_CASE("pipeline metrics: waits too short to be timed are still charged as wa
     const double busy = busy_fraction(*s, r.wall_s), starved = starved_fraction(*s, r.wall_s),
                  blocked = blocked_fraction(*s, r.wall_s);
     CAPTURE(name, busy, starved, blocked, r);
-#if !defined(CONVEYOR_TEST_TSAN)
+#if !defined(CONVEYOR_TEST_SANITIZED)
     // Starved or blocked: with three threads on a loaded machine the sink is sometimes
-    // descheduled, and then 'inc' waits for room instead of for input. (Under
-    // ThreadSanitizer a pop and a push cost as much as the source's 2 us, so the stages
-    // no longer mostly wait: 'inc' measured busy 0.43-0.66. Only the tiling is checked.)
+    // descheduled, and then 'inc' waits for room instead of for input. (Under a sanitizer
+    // a pop and a push cost about as much as the source's 2 us, so the stages no longer
+    // mostly wait: 'inc' measured busy 0.43-0.66 under ThreadSanitizer and 0.50 under
+    // AddressSanitizer in CI. Only the tiling is checked; the scripted_ring tests below
+    // check the short-wait accounting itself, deterministically.)
     CHECK(starved + blocked > 0.5);
     CHECK(busy < 0.4);
 #endif

@@ -22,6 +22,17 @@
 #endif
 #endif
 
+// CONVEYOR_TEST_SANITIZED: built with any sanitizer that slows every memory access
+// (ThreadSanitizer or AddressSanitizer): per-item costs then grow several-fold, so tests
+// that check where time went (not what happened) check less.
+#if defined(CONVEYOR_TEST_TSAN) || defined(__SANITIZE_ADDRESS__)
+#define CONVEYOR_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CONVEYOR_TEST_SANITIZED 1
+#endif
+#endif
+
 namespace conveyor::test {
 
 // Counts live instances so a test can assert constructions balance destructions.
