@@ -281,9 +281,14 @@ TEST_CASE("pipeline: a dynamic batch leaves at its deadline with what it has") {
                gate.notify_all();
              })};
   require_conserved(p.run());
-  REQUIRE(sizes.size() == 2);
-  REQUIRE(sizes[0] == 3);
-  REQUIRE(sizes[1] == 3);
+  // Usually {3, 3}. The first batch left before the gate opened, so with at most the 3
+  // items handed out by then: it left at its deadline, not full. (On a loaded machine a
+  // source preempted for over 5 ms between two of those items splits them.)
+  CAPTURE(sizes);
+  REQUIRE(!sizes.empty());
+  REQUIRE(sizes.front() >= 1);
+  REQUIRE(sizes.front() <= 3);
+  REQUIRE(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}) == 6);
 }
 
 TEST_CASE("pipeline: a slow sink never lets items in flight exceed the bound") {
