@@ -293,15 +293,7 @@ class pipeline<chain<Bound...>> {
   template <class Done>
     requires service
   void submit(input_type x, Done&& done) {
-    static_assert(std::is_invocable_v<Done&, outcome<result_type>&&>,
-                  "conveyor::pipeline::submit(x, done): done must be callable with "
-                  "conveyor::outcome<result> (the result type of the pipeline's last stage)");
-    static_assert(std::is_nothrow_invocable_v<Done&, outcome<result_type>&&>,
-                  "conveyor::pipeline::submit(x, done): declare done noexcept; it runs on the "
-                  "pipeline's threads, where nothing could catch what it throws");
-    static_assert(std::is_copy_constructible_v<std::decay_t<Done>>,
-                  "conveyor::pipeline::submit(x, done): done must be copyable (it is kept in a "
-                  "std::function); capture move-only state by pointer or std::shared_ptr");
+    check_done<Done>();
     enter(take_ticket(), std::move(x),
           [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
   }
@@ -325,10 +317,7 @@ class pipeline<chain<Bound...>> {
   template <class Done>
     requires service
   [[nodiscard]] bool try_submit(input_type&& x, Done&& done) {
-    static_assert(std::is_nothrow_invocable_v<Done&, outcome<result_type>&&> &&
-                      std::is_copy_constructible_v<std::decay_t<Done>>,
-                  "conveyor::pipeline::try_submit(x, done): done as for submit(x, done): "
-                  "noexcept, copyable, callable with conveyor::outcome<result>");
+    check_done<Done>();
     const std::optional<std::uint32_t> ticket = try_take_ticket();
     if (!ticket) return false;
     enter(*ticket, std::move(x),
@@ -403,6 +392,21 @@ class pipeline<chain<Bound...>> {
 
  private:
   struct state;
+
+  // What submit(x, done) and try_submit(x, done) require of done, said at the call.
+  template <class Done>
+  static constexpr void check_done() {
+    static_assert(std::is_invocable_v<Done&, outcome<result_type>&&>,
+                  "conveyor::pipeline::(try_)submit(x, done): done must be callable with "
+                  "conveyor::outcome<result> (the result type of the pipeline's last stage)");
+    static_assert(std::is_nothrow_invocable_v<Done&, outcome<result_type>&&>,
+                  "conveyor::pipeline::(try_)submit(x, done): declare done noexcept; it runs "
+                  "on the pipeline's threads, where nothing could catch what it throws");
+    static_assert(std::is_copy_constructible_v<std::decay_t<Done>>,
+                  "conveyor::pipeline::(try_)submit(x, done): done must be copyable (it is "
+                  "kept in a std::function); capture move-only state by pointer or "
+                  "std::shared_ptr");
+  }
 
   // The report from the counters; see report(). Runs on the progress thread too.
   static conveyor::report make_report(const state& st) {
