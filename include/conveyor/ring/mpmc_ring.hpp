@@ -113,9 +113,14 @@ class mpmc_ring {
       if (closed()) return false;
       not_full_.wait([this] {
         const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
-        // acquire: pairs with the release store of seq in try_pop().
-        return (pos & closed_bit) != 0 ||
-               slots_.data()[pos & mask_].seq.load(std::memory_order_acquire) == pos;
+        if ((pos & closed_bit) != 0) return true;
+        // acquire: pairs with the release store of seq in try_pop(). Room at pos
+        // (dif == 0), or pos is already stale (dif > 0: another producer has claimed it
+        // since): either way emplace() may succeed now. Only dif < 0 — the slot at the
+        // current enqueue position still holds the previous lap's element — is full,
+        // and then the consumer that frees it notifies after this read (see pop_impl()).
+        const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
+        return static_cast<std::intptr_t>(seq - pos) >= 0;
       });
     }
   }
@@ -205,9 +210,18 @@ class mpmc_ring {
       if (drained()) return std::nullopt;
       auto ready = [this] {
         const std::size_t pos = dequeue_pos_.load(std::memory_order_relaxed);
-        // acquire: pairs with the release store of seq in emplace().
-        return slots_.data()[pos & mask_].seq.load(std::memory_order_acquire) == pos + 1 ||
-               drained();
+        // acquire: pairs with the release store of seq in emplace() (and in try_pop()).
+        // Ready when the element at pos is there (dif == 0) *or pos is stale* (dif > 0:
+        // another consumer claimed it between the two loads). Treating a stale pos as
+        // "not ready" lost wake-ups: with elements left behind pos, this consumer slept
+        // while the others drained the ring, and a consumer's claim notifies nobody on
+        // not_empty_, so after close() it slept forever (a 4-worker map's worker: 6 hangs
+        // in ~13 900 runs under AddressSanitizer beside other tests; none in 10 868 with
+        // this check). With dif < 0 the slot at the current dequeue position is not
+        // written yet: truly empty there, and the producer that writes it (or close())
+        // notifies after this read.
+        const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
+        return static_cast<std::intptr_t>(seq - (pos + 1)) >= 0 || drained();
       };
       if (!deadline) {
         not_empty_.wait(ready);

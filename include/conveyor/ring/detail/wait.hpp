@@ -119,7 +119,9 @@ inline void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
 class wait_point {
  public:
   // Blocks until pred() holds. pred reads only atomics the notifier publishes before
-  // calling notify().
+  // calling notify(), and may say false only when every change that could make it true
+  // is followed by a notify(): a change nobody notifies about (in mpmc_ring, another
+  // consumer's claim) must make pred true, or a sleeper can miss its last wake-up.
   template <class Pred>
   void wait(Pred&& pred) noexcept {
     wait_impl(pred, nullptr);
