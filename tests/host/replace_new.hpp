@@ -40,8 +40,6 @@ inline void* counted_alloc(std::size_t n, std::size_t align) {
 }
 }  // namespace conveyor::test
 
-// Every replaceable form, so none falls through to a sanitizer's own (which would pair
-// its new with our free and report a mismatch).
 void* operator new(std::size_t n) { return conveyor::test::counted_alloc(n, alignof(std::max_align_t)); }
 void* operator new[](std::size_t n) { return conveyor::test::counted_alloc(n, alignof(std::max_align_t)); }
 void* operator new(std::size_t n, std::align_val_t a) {

@@ -25,6 +25,7 @@
 // Every operator new in this binary goes through replace_new.hpp, which counts them.
 #include "replace_new.hpp"
 
+using conveyor::test::allocations;
 namespace host = conveyor::host;
 using pool_t = conveyor::slot_pool<host::runtime, std::uint64_t>;
 using namespace std::chrono_literals;
@@ -254,9 +255,9 @@ TEST_CASE("slot_pool with jitter: releasing without the lane's event is caught a
 
 TEST_CASE("slot_pool: acquire, release and stream work allocate nothing after construction") {
   constexpr std::size_t k = 32;
-  const std::uint64_t at_start = conveyor::test::allocations.load(std::memory_order_relaxed);
+  const std::uint64_t at_start = allocations.load(std::memory_order_relaxed);
   pool_t pool{3, k, k};
-  REQUIRE(conveyor::test::allocations.load(std::memory_order_relaxed) > at_start);  // the counter counts
+  REQUIRE(allocations.load(std::memory_order_relaxed) > at_start);  // the counter counts
   host::stream lane{host::jitter{5, 5us}};
   host::event done;
   std::uint64_t sum = 0;  // lane thread only, until synchronize()
@@ -278,10 +279,10 @@ TEST_CASE("slot_pool: acquire, release and stream work allocate nothing after co
   one_batch(0);  // warm-up: first-use lazy initialization anywhere is not the hot path
   lane.synchronize();
   const std::uint64_t batches = conveyor::test::scaled(5'000);
-  const std::uint64_t before = conveyor::test::allocations.load(std::memory_order_relaxed);
+  const std::uint64_t before = allocations.load(std::memory_order_relaxed);
   for (std::uint64_t b = 1; b <= batches; ++b) one_batch(b);
   lane.synchronize();
-  const std::uint64_t after = conveyor::test::allocations.load(std::memory_order_relaxed);
+  const std::uint64_t after = allocations.load(std::memory_order_relaxed);
   REQUIRE(after == before);
   std::uint64_t expected = 0;
   for (std::uint64_t b = 0; b <= batches; ++b) expected += k * b + k * (k - 1) / 2;
