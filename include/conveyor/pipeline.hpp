@@ -386,7 +386,7 @@ class pipeline<chain<Bound...>> {
   item_counts counts() const noexcept {
     const auto& c = state_->ctl;
     // relaxed: counters; after join they are exact, before it a recent snapshot.
-    return {c.produced.load(std::memory_order_relaxed), c.completed.load(std::memory_order_relaxed),
+    return {c.produced.load(std::memory_order_relaxed), c.completed(),
             c.failed.load(std::memory_order_relaxed), c.cancelled.load(std::memory_order_relaxed)};
   }
 
@@ -416,7 +416,7 @@ class pipeline<chain<Bound...>> {
     const auto& c = st.ctl;
     // relaxed: counters; after join they are exact, before it a recent snapshot.
     r.produced = c.produced.load(std::memory_order_relaxed);
-    r.completed = c.completed.load(std::memory_order_relaxed);
+    r.completed = c.completed();
     r.failed = c.failed.load(std::memory_order_relaxed);
     r.cancelled = c.cancelled.load(std::memory_order_relaxed);
     r.runtime = "host";

@@ -88,6 +88,7 @@ class alignas(cache_line_size) worker_stats {
   }
 
   // Any thread.
+  std::uint64_t items() const noexcept { return items_.load(std::memory_order_relaxed); }
   stage_counters snapshot() const noexcept {
     // relaxed: every counter is an independent statistic; nothing else is published
     // through it. Each load returns a value the writer stored (atomics never tear).
@@ -135,6 +136,13 @@ class stage_stats {
   // The slot of worker i (0 <= i < workers()); write it from that worker's thread only.
   worker_stats& worker(std::size_t i) noexcept { return slots_[i]; }
   const worker_stats& worker(std::size_t i) const noexcept { return slots_[i]; }
+
+  // Items over all workers. Any thread; exact once they have joined.
+  std::uint64_t items() const noexcept {
+    std::uint64_t n = 0;
+    for (std::size_t i = 0; i < workers_; ++i) n += slots_[i].items();
+    return n;
+  }
 
   // Sum over workers (occupancy: sums, sample counts and the max of maxima). Any thread.
   stage_counters snapshot() const noexcept {

@@ -67,7 +67,11 @@ class terminal_node {
         ring_name_("ring " + name_) {
     for (std::size_t w = 0; w < workers; ++w)
       tracks_.push_back(ctl_.make_track(worker_track_name(name_, w, workers)));
+    ctl_.count_completions_of(stats_);  // why not a shared counter: see there
   }
+  // control keeps the address of stats_: built in place, never moved.
+  terminal_node(const terminal_node&) = delete;
+  terminal_node& operator=(const terminal_node&) = delete;
 
   stage_info info() { return {name_, stage_kind::sink, in_->capacity(), &stats_}; }
   Deliver& deliver() noexcept { return deliver_; }
@@ -110,8 +114,7 @@ class terminal_node {
         if (metas.empty()) record(meta);
         for (const item_meta& m : metas) record(m);
       }
-      probe.items(n);
-      ctl_.completed.fetch_add(n, std::memory_order_relaxed);  // relaxed: read after join
+      probe.items(n);  // counts as completed: see control::count_completions_of
     }
   }
 

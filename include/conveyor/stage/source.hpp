@@ -134,7 +134,7 @@ class source_node {
       }
       probe.work_done();
       if (!v) break;
-      ctl_.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
+      ctl_.count_produced();
       probe.items(1);
       // entered: the end of the call; timed for a sample of the items (see
       // latency_sample_weight)

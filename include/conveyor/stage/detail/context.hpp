@@ -190,10 +190,36 @@ class control {
   std::atomic<bool> stopping{false};     // cancel or failure: stop taking new work
   std::atomic<bool> stop_source{false};  // drain: the source ends as if its input did
   first_error error;
+
+  // Item accounting. Counting must not cost a locked instruction per item: a lock add
+  // drains the store buffer, so the writer waits out the cache misses of the ring slots
+  // it just wrote (one in the source and one in the sink took a bare chain of four
+  // threads over the rings from 35 to 21 M/s; the pipeline ~4%: benchmarks/RESULTS.md,
+  // "Inlining the hop"). So the counts on the hot path have one writer each: produced
+  // by the source thread (count_produced(); submit() callers, who may be many, use
+  // fetch_add: a pipeline has a source or an input, never both), completed by the
+  // terminal stage's workers, each in its own counter slot (the stage's item counts;
+  // completed() sums them). failed and cancelled change once per failure or stop, so
+  // fetch_add is fine there.
   alignas(cache_line_size) std::atomic<std::uint64_t> produced{0};
-  alignas(cache_line_size) std::atomic<std::uint64_t> completed{0};
   alignas(cache_line_size) std::atomic<std::uint64_t> failed{0};
   std::atomic<std::uint64_t> cancelled{0};
+
+  // Source thread only: one more item produced.
+  void count_produced() noexcept {
+    // relaxed: a counter read after join (exact) or as a snapshot; one writer, so a plain
+    // load and store cannot lose an increment.
+    produced.store(produced.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  // Setup only (before any stage thread runs): the stage whose items are the completed
+  // ones. Each of its workers counts into its own slot after a successful delivery.
+  void count_completions_of(const metrics::stage_stats& terminal) noexcept {
+    completions_ = &terminal;
+  }
+  // Any thread: items delivered by the terminal stage; exact after join.
+  std::uint64_t completed() const noexcept {
+    return completions_ ? completions_->items() : 0;
+  }
 
   // Registered at construction (before any thread runs): closes a ring, cancels a pool.
   void on_stop(std::function<void()> closer) { closers_.push_back(std::move(closer)); }
@@ -256,6 +282,7 @@ class control {
   }
 
   std::vector<std::function<void()>> closers_;
+  const metrics::stage_stats* completions_ = nullptr;
   std::atomic<bool> gate_{false};
 };
 
