@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "conveyor/error.hpp"
@@ -95,6 +96,42 @@ void check_lifetimes() {
     for (std::uint64_t i = 0; i < 3; ++i) REQUIRE(ring.push(counted{100 + i}));
   }
   CHECK(counted::live.load() == 0);  // elements left inside died with the ring
+}
+
+// try_emplace builds the element in its slot from the arguments, and leaves them alone
+// when it fails (full or closed), so the caller can still push them another way.
+template <template <class> class Ring>
+void check_try_emplace() {
+  REQUIRE(counted::live.load() == 0);
+  {
+    Ring<counted> ring{4};
+    for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(ring.try_emplace(i));
+    CHECK(counted::live.load() == 4);  // no temporary was made and destroyed on the way
+    REQUIRE_FALSE(ring.try_emplace(std::uint64_t{99}));
+    CHECK(counted::live.load() == 4);
+    for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(ring.try_pop()->value == i);
+  }
+  CHECK(counted::live.load() == 0);
+
+  using element = std::pair<std::unique_ptr<int>, int>;
+  Ring<element> ring{2};
+  auto p = std::make_unique<int>(1);
+  REQUIRE(ring.try_emplace(std::move(p), 10));
+  CHECK(p == nullptr);  // taken on success
+  REQUIRE(ring.try_emplace(std::make_unique<int>(2), 20));
+  p = std::make_unique<int>(3);
+  REQUIRE_FALSE(ring.try_emplace(std::move(p), 30));  // full
+  REQUIRE(p != nullptr);
+  CHECK(*p == 3);
+  auto first = ring.try_pop();
+  REQUIRE(first);
+  CHECK(*first->first == 1);
+  CHECK(first->second == 10);
+  ring.close();
+  REQUIRE_FALSE(ring.try_emplace(std::move(p), 30));  // closed
+  REQUIRE(p != nullptr);
+  CHECK(*ring.try_pop()->first == 2);
+  CHECK_FALSE(ring.try_pop().has_value());
 }
 
 template <template <class> class Ring>

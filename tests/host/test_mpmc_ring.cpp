@@ -30,6 +30,9 @@ TEST_CASE("mpmc_ring: random single-thread operations match a deque") {
 }
 TEST_CASE("mpmc_ring: constructions balance destructions") { t::check_lifetimes<mpmc_ring>(); }
 TEST_CASE("mpmc_ring: move-only elements") { t::check_move_only<mpmc_ring>(); }
+TEST_CASE("mpmc_ring: try_emplace builds in the slot and leaves its arguments on failure") {
+  t::check_try_emplace<mpmc_ring>();
+}
 TEST_CASE("mpmc_ring: close refuses pushes and drains to nullopt") {
   t::check_close_and_drain<mpmc_ring>();
 }

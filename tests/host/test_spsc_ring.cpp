@@ -23,6 +23,9 @@ TEST_CASE("spsc_ring: random single-thread operations match a deque") {
 }
 TEST_CASE("spsc_ring: constructions balance destructions") { t::check_lifetimes<spsc_ring>(); }
 TEST_CASE("spsc_ring: move-only elements") { t::check_move_only<spsc_ring>(); }
+TEST_CASE("spsc_ring: try_emplace builds in the slot and leaves its arguments on failure") {
+  t::check_try_emplace<spsc_ring>();
+}
 TEST_CASE("spsc_ring: close refuses pushes and drains to nullopt") {
   t::check_close_and_drain<spsc_ring>();
 }

@@ -63,11 +63,21 @@ class mpmc_ring {
   mpmc_ring(const mpmc_ring&) = delete;
   mpmc_ring& operator=(const mpmc_ring&) = delete;
 
-  [[nodiscard]] bool try_push(T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
     return emplace(std::move(v));
   }
   [[nodiscard]] bool try_push(const T& v) noexcept(std::is_nothrow_copy_constructible_v<T>) {
     return emplace(v);
+  }
+  // As try_push(T(args...)), but constructs the element in its slot: no temporary to
+  // copy. The arguments are used only when it succeeds (false: full or closed). The
+  // construction must not throw: it runs after the position is claimed, and a claimed
+  // position that never gets its element would stall every consumer behind it.
+  template <class... Args>
+    requires std::is_nothrow_constructible_v<T, Args&&...>
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
+    return emplace(std::forward<Args>(args)...);
   }
 
   std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
@@ -174,8 +184,8 @@ class mpmc_ring {
     T* element() noexcept { return std::launder(reinterpret_cast<T*>(storage)); }
   };
 
-  template <class U>
-  bool emplace(U&& v) {
+  template <class... Args>
+  CONVEYOR_HOT_INLINE bool emplace(Args&&... args) {
     std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
     slot* s;
     for (;;) {
@@ -195,7 +205,7 @@ class mpmc_ring {
         pos = enqueue_pos_.load(std::memory_order_relaxed);
       }
     }
-    ::new (static_cast<void*>(s->storage)) T(std::forward<U>(v));
+    ::new (static_cast<void*>(s->storage)) T(std::forward<Args>(args)...);
     // release: pairs with the acquire load of seq in try_pop() and pop()'s wait.
     s->seq.store(pos + 1, std::memory_order_release);
     not_empty_.notify();

@@ -2,6 +2,7 @@
 //
 //   conveyor::spsc_ring<job> ring{1024};     // capacity: a power of two >= 2
 //   if (!ring.try_push(std::move(j))) ...    // producer: never blocks; false if full/closed
+//   if (!ring.try_emplace(a, b)) ...         //   the same, constructing job{a, b} in its slot
 //   ring.push(std::move(j));                 // producer: blocks while full; false once closed
 //   while (auto j = ring.pop()) use(*j);     // consumer: blocks while empty; nullopt once
 //                                            //   closed *and* drained
@@ -54,21 +55,32 @@ class spsc_ring {
   spsc_ring(const spsc_ring&) = delete;
   spsc_ring& operator=(const spsc_ring&) = delete;
 
-  [[nodiscard]] bool try_push(T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
     return emplace(std::move(v));
   }
-  [[nodiscard]] bool try_push(const T& v) noexcept(std::is_nothrow_copy_constructible_v<T>) {
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(const T& v) noexcept(
+      std::is_nothrow_copy_constructible_v<T>) {
     return emplace(v);
   }
+  // As try_push(T(args...)), but constructs the element in its slot: no temporary to
+  // copy. The arguments are used only when it succeeds (false: full or closed).
+  template <class... Args>
+    requires std::is_constructible_v<T, Args&&...>
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept(
+      std::is_nothrow_constructible_v<T, Args&&...>) {
+    return emplace(std::forward<Args>(args)...);
+  }
 
-  std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
     return try_pop(nullptr);
   }
 
   // As try_pop(); also stores the element's position: how many elements were pushed
   // before it (the same contract as mpmc_ring's, so code that restores order after a
   // ring works over either).
-  std::optional<T> try_pop(std::size_t* position) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
     if (head == consumer_.tail_cache) {
       // acquire: pairs with the release store of tail in emplace(); the element's
@@ -162,8 +174,8 @@ class spsc_ring {
     }
   }
 
-  template <class U>
-  bool emplace(U&& v) {
+  template <class... Args>
+  CONVEYOR_HOT_INLINE bool emplace(Args&&... args) {
     if (closed_.load(std::memory_order_relaxed)) return false;  // relaxed: advisory refusal
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
     if (tail - producer_.head_cache == capacity_) {
@@ -172,7 +184,7 @@ class spsc_ring {
       producer_.head_cache = consumer_.head.load(std::memory_order_acquire);
       if (tail - producer_.head_cache == capacity_) return false;
     }
-    ::new (static_cast<void*>(slot(tail))) T(std::forward<U>(v));
+    ::new (static_cast<void*>(slot(tail))) T(std::forward<Args>(args)...);
     // release: pairs with the acquire load of tail in try_pop() and in pop()'s wait.
     producer_.tail.store(tail + 1, std::memory_order_release);
     not_empty_.notify();

@@ -266,28 +266,28 @@ class map_node {
         break;
       }
       if (waited) probe.starved();
-      std::optional<envelope<out_type>> out;
+      const std::uint64_t n = in->items();
+      // The result stays out of an envelope until it goes downstream: emplace() builds the
+      // envelope in the ring's slot (see worker_probe::emplace).
+      std::optional<out_type> out;
       try {
         metrics::nvtx_range range{probe.span_name()};
-        out.emplace(envelope<out_type>{stage_.function()(std::move(in->value)), in->meta,
-                                       std::move(in->metas)});
+        out.emplace(stage_.function()(std::move(in->value)));
       } catch (...) {
         probe.busy();
-        ctl_.fail_current(stage_.name(), in->meta.seq, in->items());
+        ctl_.fail_current(stage_.name(), in->meta.seq, n);
         break;
       }
       probe.work_done();
-      probe.items(out->items());
+      probe.items(n);
       if (ordered) {
         waited = false;  // depositing may emit downstream and wait for room there
-        reorder_->deposit(pos, std::move(*out), before_wait);
+        reorder_->deposit(pos, envelope<out_type>{std::move(*out), in->meta, std::move(in->metas)},
+                          before_wait);
         if (waited) probe.blocked();
-      } else {
-        const std::uint64_t n = out->items();
-        if (!probe.push(*out_, std::move(*out))) {
-          ctl_.cancel(n);
-          break;
-        }
+      } else if (!probe.emplace(*out_, std::move(*out), in->meta, std::move(in->metas))) {
+        ctl_.cancel(n);
+        break;
       }
     }
     // acq_rel: the last worker out closes the ring behind the stage, after every

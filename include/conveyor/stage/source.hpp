@@ -140,7 +140,7 @@ class source_node {
       // latency_sample_weight)
       const std::uint32_t weight = probe.on() ? latency_sample_weight(seq) : 0;
       const item_meta meta{seq++, weight != 0 ? now_ns() : 0, no_ticket, weight};
-      if (!probe.push(*out_, envelope<out_type>{std::move(*v), meta, {}})) {
+      if (!probe.emplace(*out_, std::move(*v), meta, meta_list{})) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
         break;
       }

@@ -8,6 +8,7 @@
 //   auto x = probe.pop(in);      probe.occupancy(in);   // starved only if it waited
 //   { metrics::nvtx_range r{probe.span_name()}; y = f(*x); }   probe.work_done();
 //   probe.push(out, std::move(y));                      // blocked only if it waited
+//   probe.emplace(out, std::move(v), meta, meta_list{}); // the same, built in the slot
 //
 // Thread-safety: control's atomics from any thread; on_stop() and make_track() during
 // setup only (before any stage thread runs). A worker_probe belongs to one thread.
@@ -314,7 +315,7 @@ class worker_probe {
   // clock either: the wait is estimated from the rounds spun and charged as starved at
   // the next clock read. Only a longer wait is timed. nullopt: closed and drained.
   template <class Ring>
-  auto pop(Ring& in, std::size_t* pos = nullptr) {
+  CONVEYOR_HOT_INLINE auto pop(Ring& in, std::size_t* pos = nullptr) {
     if (auto v = in.try_pop(pos)) return v;
     if (on_)
       if (auto v = short_wait([&] { return in.try_pop(pos); }, short_starved_ns_)) return v;
@@ -327,7 +328,7 @@ class worker_probe {
   // pop(). false: the ring was closed (the pipeline is stopping).
   template <class Ring, class T>
     requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
-  bool push(Ring& out, T&& v) {
+  CONVEYOR_HOT_INLINE bool push(Ring& out, T&& v) {
     if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
     if (on_ && short_wait([&] { return out.try_push(std::move(v)); }, short_blocked_ns_))
       return true;
@@ -335,6 +336,17 @@ class worker_probe {
     const bool ok = out.push(std::move(v));
     blocked();
     return ok;
+  }
+  // As push(out, T(args...)), but when there is room (the common case) the element is
+  // constructed in the ring's slot: no temporary envelope between the stage and the ring.
+  template <class Ring, class... Args>
+  CONVEYOR_HOT_INLINE bool emplace(Ring& out, Args&&... args) {
+    using T = typename Ring::value_type;
+    if constexpr (std::is_nothrow_constructible_v<T, Args&&...>) {
+      // try_emplace uses the arguments only when it succeeds: after false they are intact.
+      if (out.try_emplace(std::forward<Args>(args)...)) return true;
+    }
+    return push(out, T(std::forward<Args>(args)...));
   }
   // Rounds of cpu_relax() + retry before a wait is timed: a few microseconds at most
   // (the limit adapts between min_spin_rounds and this, see short_spin::adapt()).

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "conveyor/ring/mpmc_ring.hpp"
@@ -56,20 +57,28 @@ class ring_link {
 
   bool is_spsc() const noexcept { return spsc_.has_value(); }
 
-  [[nodiscard]] bool try_push(T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? spsc_->try_push(std::move(v)) : mpmc_->try_push(std::move(v));
   }
+  // As try_push(T(args...)), constructed in the ring's slot (see spsc_ring::try_emplace).
+  template <class... Args>
+    requires std::is_nothrow_constructible_v<T, Args&&...>
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
+    return spsc_ ? spsc_->try_emplace(std::forward<Args>(args)...)
+                 : mpmc_->try_emplace(std::forward<Args>(args)...);
+  }
   // Blocks while full; false (v dropped) once closed.
-  bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? spsc_->push(std::move(v)) : mpmc_->push(std::move(v));
   }
   // position: how many elements were pushed before this one (see mpmc_ring::try_pop).
-  std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
+  CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? spsc_->try_pop(position) : mpmc_->try_pop(position);
   }
   // Blocks while empty; nullopt only when closed and drained.
-  std::optional<T> pop(std::size_t* position = nullptr) noexcept(
+  CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? spsc_->pop(position) : mpmc_->pop(position);
   }
