@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "conveyor/config.hpp"
+#include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 
@@ -72,31 +73,16 @@ class spsc_ring {
     return emplace(std::forward<Args>(args)...);
   }
 
-  CONVEYOR_HOT_INLINE std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+  std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
     return try_pop(nullptr);
   }
 
   // As try_pop(); also stores the element's position: how many elements were pushed
   // before it (the same contract as mpmc_ring's, so code that restores order after a
   // ring works over either).
-  CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position) noexcept(
+  std::optional<T> try_pop(std::size_t* position) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    if (head == consumer_.tail_cache) {
-      // acquire: pairs with the release store of tail in emplace(); the element's
-      // construction happens-before we read it below.
-      consumer_.tail_cache = producer_.tail.load(std::memory_order_acquire);
-      if (head == consumer_.tail_cache) return std::nullopt;
-    }
-    if (position) *position = head;
-    T* p = std::launder(slot(head));
-    std::optional<T> out{std::move(*p)};
-    std::destroy_at(p);
-    // release: pairs with the acquire load of head in emplace(); the move-out and the
-    // destruction above happen-before the producer constructs into this slot again.
-    consumer_.head.store(head + 1, std::memory_order_release);
-    not_full_.notify();
-    return out;
+    return take(position);
   }
 
   // Blocks while full. Returns false, and drops v, once the ring is closed.
@@ -154,6 +140,34 @@ class spsc_ring {
   }
 
  private:
+  friend struct detail::ring_access;
+
+  // try_pop(position), always inlined: for a caller that uses the element where it
+  // pops it (a pipeline stage's loop, through detail::ring_access). try_pop() itself,
+  // and pop() through it, keep the compiler's choice: inlined into pop(), g++ returned
+  // the optional through the stack, a byte store for its flag read back by an 8-byte
+  // load after the head store, and a blocking pop waited out that store's cache miss
+  // every time (6x slower in bench_rings).
+  CONVEYOR_HOT_INLINE std::optional<T> take(std::size_t* position) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    if (head == consumer_.tail_cache) {
+      // acquire: pairs with the release store of tail in emplace(); the element's
+      // construction happens-before we read it below.
+      consumer_.tail_cache = producer_.tail.load(std::memory_order_acquire);
+      if (head == consumer_.tail_cache) return std::nullopt;
+    }
+    if (position) *position = head;
+    T* p = std::launder(slot(head));
+    std::optional<T> out{std::move(*p)};
+    std::destroy_at(p);
+    // release: pairs with the acquire load of head in emplace(); the move-out and the
+    // destruction above happen-before the producer constructs into this slot again.
+    consumer_.head.store(head + 1, std::memory_order_release);
+    not_full_.notify();
+    return out;
+  }
+
   std::optional<T> pop_impl(std::size_t* position,
                             const std::chrono::steady_clock::time_point* deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {

@@ -75,7 +75,7 @@ class ring_link {
   // position: how many elements were pushed before this one (see mpmc_ring::try_pop).
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? spsc_->try_pop(position) : mpmc_->try_pop(position);
+    return spsc_ ? ring_access::take(*spsc_, position) : mpmc_->try_pop(position);
   }
   // Blocks while empty; nullopt only when closed and drained.
   CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr) noexcept(
