@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "test_support.hpp"
@@ -134,6 +135,27 @@ TEST_CASE("pipeline: unordered parallel map delivers every item exactly once") {
   std::vector<std::uint64_t> expected(n);
   std::iota(expected.begin(), expected.end(), 0);
   REQUIRE(got == expected);
+}
+
+// Stages build envelopes in the ring's slot only when that cannot throw; an item whose
+// move may throw goes the other way (a temporary, then push). Both must deliver.
+TEST_CASE("pipeline: items whose move may throw arrive complete and in order") {
+  struct throwing_move {
+    std::uint64_t v;
+    explicit throwing_move(std::uint64_t x) : v(x) {}
+    throwing_move(throwing_move&& o) noexcept(false) : v(o.v) {}
+  };
+  static_assert(!std::is_nothrow_move_constructible_v<throwing_move>);
+  const std::uint64_t n = t::scaled(20000);
+  std::uint64_t next = 0;
+  bool in_order = true;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+             map([](std::uint64_t x) { return throwing_move{x}; }) |
+             map([](throwing_move m) { return throwing_move{m.v + 1}; }) |
+             sink([&](throwing_move m) { in_order = in_order && m.v == ++next; })};
+  require_conserved(p.run());
+  CHECK(in_order);
+  CHECK(next == n);
 }
 
 TEST_CASE("pipeline: fixed and dynamic batches, flushed at the end, unbatched in order") {
