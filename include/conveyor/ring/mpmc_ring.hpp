@@ -2,6 +2,7 @@
 //
 //   conveyor::mpmc_ring<job> ring{1024};     // capacity: a power of two >= 2
 //   ring.push(std::move(j));                 // any thread: blocks while full; false once closed
+//   if (!ring.try_emplace(a, b)) ...         // never blocks: job{a, b} (nothrow) built in place
 //   while (auto j = ring.pop()) use(*j);     // any thread: nullopt once closed *and* drained
 //   ring.close();                            // no push succeeds after this returns
 //
