@@ -103,8 +103,13 @@ inline void check_workers(const std::string& stage, std::size_t n) {
 template <class T>
 class reorder_buffer {
  public:
+  // window: a power of two (a slot is found with a mask, not a division per item).
   reorder_buffer(std::size_t window, link<T>* out, control& ctl)
-      : window_(window), slots_(window), out_(out), ctl_(ctl) {}
+      : window_(window), mask_(window - 1), slots_(window), out_(out), ctl_(ctl) {
+    CONVEYOR_EXPECTS(window >= 2 && (window & (window - 1)) == 0,
+                     "conveyor internal error: a reorder window must be a power of two >= 2, "
+                     "got " + std::to_string(window) + "; please report it");
+  }
 
   // Blocks until position p may be deposited; false if the pipeline is stopping.
   // on_wait() runs first if it has to wait (the caller's metrics mark the wait).
@@ -129,7 +134,7 @@ class reorder_buffer {
   // on_wait() runs before the first push downstream that has to wait for room.
   template <class OnWait>
   void deposit(std::size_t p, envelope<T>&& v, OnWait&& on_wait) noexcept {
-    slot& s = slots_[p % window_];
+    slot& s = slots_[p & mask_];
     s.value.emplace(std::move(v));
     // seq_cst: Dekker with the emitter's release of emitting_ and its re-check of this
     // slot in emit(): either it sees this store, or our exchange below sees it gone.
@@ -172,7 +177,7 @@ class reorder_buffer {
       if (emitting_.exchange(true, std::memory_order_seq_cst)) return;  // someone emits
       std::size_t next = next_;
       for (;;) {
-        slot& s = slots_[next % window_];
+        slot& s = slots_[next & mask_];
         // acquire: pairs with the store of ready in deposit(); the value is written.
         if (s.ready.load(std::memory_order_acquire) != next + 1) break;
         envelope<T> v = std::move(*s.value);
@@ -194,11 +199,12 @@ class reorder_buffer {
       // seq_cst: see deposit(); after releasing, re-check the slot we stopped at, since
       // its depositor may have found emitting_ still set and left it to us.
       emitting_.store(false, std::memory_order_seq_cst);
-      if (slots_[next % window_].ready.load(std::memory_order_seq_cst) != next + 1) return;
+      if (slots_[next & mask_].ready.load(std::memory_order_seq_cst) != next + 1) return;
     }
   }
 
   const std::size_t window_;
+  const std::size_t mask_;  // window_ - 1
   std::vector<slot> slots_;
   link<T>* out_;
   control& ctl_;

@@ -58,8 +58,10 @@ inline constexpr std::uint64_t latency_dense_items = 8192;
 
 // The weight of item `seq` in the latency sample; 0: not timed.
 constexpr std::uint32_t latency_sample_weight(std::uint64_t seq) noexcept {
+  // Both periods are powers of two: a mask. `seq % period` compiled to a 64-bit div on
+  // every item, ~3 ns of the source's per-item cost with metrics on.
   const std::uint32_t period = seq < latency_dense_items ? 8 : 64;
-  return seq % period == 0 ? period : 0;
+  return (seq & (period - 1)) == 0 ? period : 0;
 }
 
 // Identity of one item from the source: its sequence number, when it entered the
