@@ -93,7 +93,7 @@ class alignas(cache_line_size) worker_stats {
     // relaxed: every counter is an independent statistic; nothing else is published
     // through it. Each load returns a value the writer stored (atomics never tear).
     stage_counters c;
-    c.items = items_.load(std::memory_order_relaxed);
+    c.items = items();
     c.busy_ns = static_cast<std::int64_t>(busy_ns_.load(std::memory_order_relaxed));
     c.starved_ns = static_cast<std::int64_t>(starved_ns_.load(std::memory_order_relaxed));
     c.blocked_ns = static_cast<std::int64_t>(blocked_ns_.load(std::memory_order_relaxed));
