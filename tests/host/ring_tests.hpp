@@ -144,6 +144,42 @@ void check_move_only() {
   REQUIRE_FALSE(ring.try_pop().has_value());
 }
 
+// An element over-aligned for its size, that checks where it is built.
+struct alignas(32) over_aligned {
+  explicit over_aligned(std::uint64_t v) noexcept : value(v) { check(); }
+  over_aligned(over_aligned&& o) noexcept : value(o.value) { check(); }
+  over_aligned& operator=(over_aligned&&) = delete;
+  void check() const noexcept {
+    if (reinterpret_cast<std::uintptr_t>(this) % alignof(over_aligned) != 0) misplaced = true;
+  }
+  std::uint64_t value;
+  static inline bool misplaced = false;
+};
+
+// Elements smaller and larger than the slot's bookkeeping, and over-aligned ones, come
+// back intact through several laps of the slot array, and are built where they belong.
+template <template <class> class Ring>
+void check_element_layouts() {
+  Ring<char> chars{4};
+  Ring<std::string> strings{4};
+  Ring<over_aligned> aligned{4};
+  for (std::uint64_t i = 0; i < 20; ++i) {  // 5 laps, each ring one to three full
+    const std::size_t burst = 1 + i % 4;
+    for (std::size_t k = 0; k < burst; ++k) {
+      REQUIRE(chars.try_push(static_cast<char>('a' + (i + k) % 26)));
+      REQUIRE(strings.try_push(std::string(40 + k, static_cast<char>('a' + i % 26))));
+      REQUIRE(aligned.try_emplace(i * 10 + k));
+    }
+    for (std::size_t k = 0; k < burst; ++k) {
+      REQUIRE(*chars.try_pop() == static_cast<char>('a' + (i + k) % 26));
+      REQUIRE(*strings.try_pop() == std::string(40 + k, static_cast<char>('a' + i % 26)));
+      REQUIRE(aligned.try_pop()->value == i * 10 + k);
+    }
+  }
+  CHECK_FALSE(over_aligned::misplaced);
+  CHECK(chars.size_approx() == 0);
+}
+
 template <template <class> class Ring>
 void check_close_and_drain() {
   Ring<int> ring{4};

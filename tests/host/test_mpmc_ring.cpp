@@ -29,6 +29,9 @@ TEST_CASE("mpmc_ring: random single-thread operations match a deque") {
   t::check_against_model<mpmc_ring>();
 }
 TEST_CASE("mpmc_ring: constructions balance destructions") { t::check_lifetimes<mpmc_ring>(); }
+TEST_CASE("mpmc_ring: small, large and over-aligned elements survive laps") {
+  t::check_element_layouts<mpmc_ring>();
+}
 TEST_CASE("mpmc_ring: move-only elements") { t::check_move_only<mpmc_ring>(); }
 TEST_CASE("mpmc_ring: try_emplace builds in the slot and leaves its arguments on failure") {
   t::check_try_emplace<mpmc_ring>();

@@ -22,6 +22,9 @@ TEST_CASE("spsc_ring: random single-thread operations match a deque") {
   t::check_against_model<spsc_ring>();
 }
 TEST_CASE("spsc_ring: constructions balance destructions") { t::check_lifetimes<spsc_ring>(); }
+TEST_CASE("spsc_ring: small, large and over-aligned elements survive laps") {
+  t::check_element_layouts<spsc_ring>();
+}
 TEST_CASE("spsc_ring: move-only elements") { t::check_move_only<spsc_ring>(); }
 TEST_CASE("spsc_ring: try_emplace builds in the slot and leaves its arguments on failure") {
   t::check_try_emplace<spsc_ring>();

@@ -8,9 +8,19 @@
 //                                            //   closed *and* drained
 //   ring.close();                            // any thread: wakes both sides
 //
-// Lamport's ring with index caches (each side keeps a private copy of the other side's
-// index and re-reads the shared one only when its copy says full/empty), indices on
-// separate cache lines. Blocking calls spin briefly, then sleep (detail::wait_point).
+// Each slot carries a sequence number that says whose turn it is (lap k of position p:
+// seq == p when the producer may fill it, p + 1 when the consumer may take it; taking
+// sets p + capacity, the next lap's turn), so neither side ever reads the other's index:
+// the producer looks at the slot it is about to fill, the consumer at the slot it is
+// about to take, and the only lines that travel between the cores are the slots' own.
+// A Lamport ring (even with index caches) also ships the other side's index line on
+// every item once one side catches up with the other, which it does whenever the ring
+// runs nearly full or nearly empty - the common state of a pipeline hop. Against the
+// Lamport ring this replaced, in alternating runs (benchmarks/RESULTS.md, "Slot sequence
+// numbers"): round trips 2x as fast, throughput at capacity 65536 4x, at 1024 the same,
+// the trivial pipeline 1.1-1.7x. The price: one std::size_t per slot. Each side's index
+// lives on its own cache line, written only by its owner and read only by size_approx()
+// and the destructor. Blocking calls spin briefly, then sleep (detail::wait_point).
 //
 // Thread-safety: exactly one producer thread (try_push/push) and one consumer thread
 // (try_pop/pop) at a time; close(), closed(), capacity() and size_approx() from any thread.
@@ -45,12 +55,17 @@ class spsc_ring {
   explicit spsc_ring(std::size_t capacity)
       : capacity_((detail::check_ring_capacity("spsc_ring", capacity), capacity)),
         mask_(capacity - 1),
-        slots_(capacity) {}
+        slots_(capacity) {
+    // Slot i is the producer's for position i first. Published with the ring itself:
+    // whatever hands the ring to the producer and consumer threads orders these stores.
+    for (std::size_t i = 0; i < capacity; ++i) ::new (static_cast<void*>(slots_.data() + i)) cell(i);
+  }
 
   ~spsc_ring() {
+    // The threads are done: their own indices say which positions hold an element.
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
     for (std::size_t i = consumer_.head.load(std::memory_order_relaxed); i != tail; ++i)
-      std::destroy_at(std::launder(slot(i)));
+      std::destroy_at(slot(i)->element());
   }
 
   spsc_ring(const spsc_ring&) = delete;
@@ -92,11 +107,9 @@ class spsc_ring {
       if (closed()) return false;
       if (emplace(std::move(v))) return true;
       not_full_.wait([this] {
-        // acquire: pairs with the release store of head in try_pop().
-        return producer_.tail.load(std::memory_order_relaxed) -
-                       consumer_.head.load(std::memory_order_acquire) <
-                   capacity_ ||
-               closed();
+        // acquire: pairs with the release store of seq in take(); we own tail.
+        const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
+        return slot(tail)->seq.load(std::memory_order_acquire) == tail || closed();
       });
     }
   }
@@ -151,19 +164,19 @@ class spsc_ring {
   CONVEYOR_HOT_INLINE std::optional<T> take(std::size_t* position) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    if (head == consumer_.tail_cache) {
-      // acquire: pairs with the release store of tail in emplace(); the element's
-      // construction happens-before we read it below.
-      consumer_.tail_cache = producer_.tail.load(std::memory_order_acquire);
-      if (head == consumer_.tail_cache) return std::nullopt;
-    }
+    cell* c = slot(head);
+    // acquire: pairs with the release store of seq in emplace(); the element's
+    // construction happens-before we read it below.
+    if (c->seq.load(std::memory_order_acquire) != head + 1) return std::nullopt;
     if (position) *position = head;
-    T* p = std::launder(slot(head));
+    T* p = c->element();
     std::optional<T> out{std::move(*p)};
     std::destroy_at(p);
-    // release: pairs with the acquire load of head in emplace(); the move-out and the
-    // destruction above happen-before the producer constructs into this slot again.
-    consumer_.head.store(head + 1, std::memory_order_release);
+    // release: pairs with the acquire load of seq in emplace() and in push()'s wait; the
+    // move-out and the destruction above happen-before the producer fills the slot again.
+    c->seq.store(head + capacity_, std::memory_order_release);
+    // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
+    consumer_.head.store(head + 1, std::memory_order_relaxed);
     not_full_.notify();
     return out;
   }
@@ -175,10 +188,9 @@ class spsc_ring {
       if (auto v = try_pop(position)) return v;
       if (closed()) return try_pop(position);  // elements pushed before close() are visible now
       auto ready = [this] {
-        // acquire: pairs with the release store of tail in emplace().
-        return producer_.tail.load(std::memory_order_acquire) !=
-                   consumer_.head.load(std::memory_order_relaxed) ||
-               closed();
+        // acquire: pairs with the release store of seq in emplace(); we own head.
+        const std::size_t head = consumer_.head.load(std::memory_order_relaxed);
+        return slot(head)->seq.load(std::memory_order_acquire) == head + 1 || closed();
       };
       if (!deadline) {
         not_empty_.wait(ready);
@@ -192,39 +204,46 @@ class spsc_ring {
   CONVEYOR_HOT_INLINE bool emplace(Args&&... args) {
     if (closed_.load(std::memory_order_relaxed)) return false;  // relaxed: advisory refusal
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
-    if (tail - producer_.head_cache == capacity_) {
-      // acquire: pairs with the release store of head in try_pop(); the consumer is done
-      // with the slot we are about to overwrite.
-      producer_.head_cache = consumer_.head.load(std::memory_order_acquire);
-      if (tail - producer_.head_cache == capacity_) return false;
-    }
-    ::new (static_cast<void*>(slot(tail))) T(std::forward<Args>(args)...);
-    // release: pairs with the acquire load of tail in try_pop() and in pop()'s wait.
-    producer_.tail.store(tail + 1, std::memory_order_release);
+    cell* c = slot(tail);
+    // acquire: pairs with the release store of seq in take(); the consumer is done with
+    // the element of the last lap (full: it has not taken it yet).
+    if (c->seq.load(std::memory_order_acquire) != tail) return false;
+    ::new (static_cast<void*>(c->storage)) T(std::forward<Args>(args)...);
+    // release: pairs with the acquire load of seq in take() and in pop()'s wait.
+    c->seq.store(tail + 1, std::memory_order_release);
+    // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
+    producer_.tail.store(tail + 1, std::memory_order_relaxed);
     not_empty_.notify();
     return true;
   }
 
-  T* slot(std::size_t i) const noexcept { return slots_.data() + (i & mask_); }
+  // One element and its turn. Slots are packed (16 bytes around a 64-bit element): when
+  // the two sides work on neighbouring slots they share a line, which padding every slot
+  // to a line would avoid at 4-8x the memory for small elements.
+  struct cell {
+    explicit cell(std::size_t turn) noexcept : seq(turn) {}
+    std::atomic<std::size_t> seq;
+    alignas(T) unsigned char storage[sizeof(T)];
+    T* element() noexcept { return std::launder(reinterpret_cast<T*>(storage)); }
+  };
+  cell* slot(std::size_t i) const noexcept { return slots_.data() + (i & mask_); }
 
-  // Written by the producer: tail, and its private copy of head.
+  // Written only by the producer: how many elements it has pushed.
   struct alignas(cache_line_size) producer_side {
     std::atomic<std::size_t> tail{0};
-    std::size_t head_cache{0};
   };
-  // Written by the consumer: head, and its private copy of tail.
+  // Written only by the consumer: how many elements it has taken.
   struct alignas(cache_line_size) consumer_side {
     std::atomic<std::size_t> head{0};
-    std::size_t tail_cache{0};
   };
   struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {};
   static_assert(sizeof(producer_side) == cache_line_size && sizeof(consumer_side) == cache_line_size,
-                "spsc_ring: each index (with its cache) must own exactly one cache line");
+                "spsc_ring: each index must own exactly one cache line");
 
   // Read-only after construction; shares a line with nothing that is written.
   alignas(cache_line_size) const std::size_t capacity_;
   const std::size_t mask_;
-  detail::aligned_slots<T> slots_;
+  detail::aligned_slots<cell> slots_;
   producer_side producer_;
   consumer_side consumer_;
   aligned_wait_point not_empty_;  // consumer sleeps here; producer notifies
