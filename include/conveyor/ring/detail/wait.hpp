@@ -51,7 +51,8 @@ inline bool asymmetric_barrier_enabled() noexcept {
 #endif
 }
 
-// Tests flip this to exercise the portable path on Linux too. Only while no ring waits.
+// Tests flip this to exercise the portable path on Linux too. A wait_point decides once,
+// when it is constructed: set it before making the rings it should apply to.
 inline std::atomic<bool>& force_symmetric_barrier() noexcept {
   static std::atomic<bool> forced{false};
   return forced;
@@ -139,7 +140,7 @@ class wait_point {
     // Dekker: we stored the publication, then load waiting_; a waiter stored waiting_,
     // then loads the publication (in pred). One of the two must see the other's store,
     // which needs StoreLoad order on both sides.
-    if (use_asymmetric_barrier()) {
+    if (asymmetric_) {
       // The waiter's membarrier() forces a full barrier on this thread between its
       // registration and its re-check, so a compiler fence suffices here.
       std::atomic_signal_fence(std::memory_order_seq_cst);
@@ -210,7 +211,7 @@ class wait_point {
       // order (or a later RMW in that release sequence), so it synchronizes with it and
       // pred() sees that notifier's publication.
       waiting_.exchange(true, std::memory_order_seq_cst);
-      if (use_asymmetric_barrier()) heavy_barrier();  // partner: the signal fence in notify
+      if (asymmetric_) heavy_barrier();  // partner: the signal fence in notify
       if (pred()) {  // the flag may stay set: costs one spurious wake, no more
         learn_from_sleep(limit, spun);
         return true;
@@ -254,6 +255,11 @@ class wait_point {
   }
 
   std::atomic<bool> waiting_{false};
+  // Which barrier this wait point's two sides use, decided once: both sides must agree,
+  // and notify(), on every push and pop, then reads one flag beside waiting_ instead of
+  // a function-local static's guard, the static and the test switch (bench_rings: 10%
+  // of the SPSC try path).
+  const bool asymmetric_ = use_asymmetric_barrier();
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> spin_limit_{256};
 };
