@@ -45,21 +45,36 @@ def natural(item):
 
 def rings(m):
     ips = {short(k): v.get("items_per_second", 0.0) for k, v in sorted(m.items())}
-    print("| workload | conveyor | fastest peer | conveyor / peer | block / try (conveyor) |")
-    print("| --- | --- | --- | --- | --- |")
+    holds = {short(k): v.get("holds") for k, v in sorted(m.items())}
+    print("| workload | conveyor | fastest peer | conveyor / peer "
+          "| fastest peer holding <= 1.05x as many | conveyor / it | block / try (conveyor) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for me, mine in ips.items():
         parts = me.split("/")  # workload / queue / path [/ capacity]
         if parts[0] not in ("spsc", "mpmc2x2") or parts[1] != "conveyor":
             continue
-        peers = {k.split("/")[1]: v for k, v in ips.items()
+        peers = {k: v for k, v in ips.items()
                  if k.split("/")[0] == parts[0] and k.split("/")[2:] == parts[2:]
                  and k.split("/")[1] != "conveyor" and not k.split("/")[1].startswith("lamport")}
-        best = max(peers, key=peers.get) if peers else None
+        # The same bound on items in flight: a peer that holds twice as many is another
+        # workload (moodycamel's ReaderWriterQueue asked for 1024 holds 2044).
+        mine_holds = holds.get(me)
+        fair = {k: v for k, v in peers.items()
+                if mine_holds is None or holds.get(k) is None or holds[k] <= 1.05 * mine_holds}
         twin = "/".join(parts[:2] + ["try"] + parts[3:])
         bt = mine / ips[twin] if ips.get(twin) else float("nan")
-        peer = f"{fmt_rate(peers[best])} ({best})" if best else "-"
-        vs = f"{mine / peers[best]:.2f}" if best else "-"
-        print(f"| {me} | {fmt_rate(mine)} | {peer} | {vs} | {bt:.2f} |")
+
+        def best_of(group):
+            if not group:
+                return "-", "-"
+            k = max(group, key=group.get)
+            held = f", holds {holds[k]:.0f}" if holds.get(k) is not None else ""
+            return f"{fmt_rate(group[k])} ({k.split('/')[1]}{held})", f"{mine / group[k]:.2f}"
+
+        any_peer, any_ratio = best_of(peers)
+        fair_peer, fair_ratio = best_of(fair)
+        print(f"| {me} | {fmt_rate(mine)} | {any_peer} | {any_ratio} | {fair_peer} | {fair_ratio} "
+              f"| {bt:.2f} |")
     rtt = {short(k): v.get("ns_per_rtt") for k, v in sorted(m.items()) if k.startswith("rtt/")}
     if rtt:
         print("\n| round trip | ns per round trip |")
