@@ -1,10 +1,12 @@
-// spsc_ring: single-thread semantics, lifetimes, close/drain, wake-ups and a 10M-item
-// in-order stress test.
+// spsc_ring: single-thread semantics, lifetimes, close/drain, wake-ups, a 10M-item
+// in-order stress test and the consumer's view of the size.
 #include "conveyor/ring/spsc_ring.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cstdint>
+#include <optional>
 #include <thread>
 
 #include "ring_tests.hpp"
@@ -80,4 +82,30 @@ TEST_CASE("spsc_ring: pop_until times out, delivers, and sees close") {
 
 TEST_CASE("spsc_ring: pop reports each element's position in push order") {
   t::check_positions<spsc_ring>();
+}
+
+// The consumer samples its input ring's size (a stage's occupancy counter). Right after
+// it has taken the only element there is, the size it reads must be 0: it must never see
+// its own head run past the producer's tail (which, unsigned, would read as full).
+TEST_CASE("spsc_ring: the consumer never reads a size below what it has taken") {
+  const std::uint64_t rounds = t::scaled(200'000);
+  spsc_ring<std::uint64_t> ring{8};
+  std::atomic<std::uint64_t> taken{0};
+  std::thread producer{[&] {
+    for (std::uint64_t i = 0; i < rounds; ++i) {
+      while (!ring.try_push(i)) std::this_thread::yield();
+      // acquire: pairs with the consumer's release below; push the next only after it
+      // has been taken and measured, so the ring then holds nothing.
+      while (taken.load(std::memory_order_acquire) == i) conveyor::detail::cpu_relax();
+    }
+  }};
+  std::uint64_t nonzero = 0;
+  for (std::uint64_t i = 0; i < rounds; ++i) {
+    std::optional<std::uint64_t> v;
+    while (!(v = ring.try_pop())) conveyor::detail::cpu_relax();
+    nonzero += ring.size_approx() != 0;
+    taken.store(i + 1, std::memory_order_release);  // release: pairs with the acquire above
+  }
+  producer.join();
+  CHECK(nonzero == 0);
 }

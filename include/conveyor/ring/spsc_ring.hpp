@@ -145,11 +145,15 @@ class spsc_ring {
 
   // A snapshot that may be stale by the time it returns; never above capacity().
   std::size_t size_approx() const noexcept {
-    // relaxed: an estimate. head is loaded first and both only grow, so tail >= head;
-    // the producer may have run ahead in between, which the clamp absorbs.
+    // relaxed: an estimate. From a third thread the two loads may see the producer run
+    // ahead in between (more than capacity: clamped) or, as nothing orders them for it,
+    // a tail older than the head (negative: empty). The consumer itself always reads a
+    // tail at least as far as its head (see emplace()).
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
-    return tail - head > capacity_ ? capacity_ : tail - head;
+    const auto n = static_cast<std::ptrdiff_t>(tail - head);
+    if (n <= 0) return 0;
+    return static_cast<std::size_t>(n) > capacity_ ? capacity_ : static_cast<std::size_t>(n);
   }
 
  private:
@@ -209,10 +213,13 @@ class spsc_ring {
     // the element of the last lap (full: it has not taken it yet).
     if (c->seq.load(std::memory_order_acquire) != tail) return false;
     ::new (static_cast<void*>(c->storage)) T(std::forward<Args>(args)...);
+    // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
+    // Stored before seq, so the release below also publishes it: a consumer that has
+    // taken this element reads a tail at least as far, and its own size_approx() does
+    // not see its head run past our tail.
+    producer_.tail.store(tail + 1, std::memory_order_relaxed);
     // release: pairs with the acquire load of seq in take() and in pop()'s wait.
     c->seq.store(tail + 1, std::memory_order_release);
-    // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
-    producer_.tail.store(tail + 1, std::memory_order_relaxed);
     not_empty_.notify();
     return true;
   }
