@@ -18,9 +18,10 @@
 // runs nearly full or nearly empty - the common state of a pipeline hop. Against the
 // Lamport ring this replaced, in alternating runs (benchmarks/RESULTS.md, "Slot sequence
 // numbers"): round trips 2x as fast, throughput at capacity 65536 4x, at 1024 the same,
-// the trivial pipeline 1.1-1.7x. The price: one std::size_t per slot. Each side's index
-// lives on its own cache line, written only by its owner and read only by size_approx()
-// and the destructor. Blocking calls spin briefly, then sleep (detail::wait_point).
+// the trivial pipeline 1.1-1.7x. The price: a std::size_t per slot (more where T is
+// aligned beyond it). Each side's index lives on its own cache line, written only by its
+// owner; the other side reads it only in size_approx(). Blocking calls spin briefly,
+// then sleep (detail::wait_point).
 //
 // Thread-safety: exactly one producer thread (try_push/push) and one consumer thread
 // (try_pop/pop) at a time; close(), closed(), capacity() and size_approx() from any thread.
