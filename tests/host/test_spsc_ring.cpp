@@ -91,18 +91,27 @@ TEST_CASE("spsc_ring: the consumer never reads a size below what it has taken") 
   const std::uint64_t rounds = t::scaled(200'000);
   spsc_ring<std::uint64_t> ring{8};
   std::atomic<std::uint64_t> taken{0};
+  // Spin, and now and then give the core away: the two threads may share one.
+  const auto pause = [](unsigned& spins) {
+    if (++spins % 64 == 0)
+      std::this_thread::yield();
+    else
+      conveyor::detail::cpu_relax();
+  };
   std::thread producer{[&] {
+    unsigned spins = 0;
     for (std::uint64_t i = 0; i < rounds; ++i) {
-      while (!ring.try_push(i)) std::this_thread::yield();
+      while (!ring.try_push(i)) pause(spins);  // (the ring is empty here)
       // acquire: pairs with the consumer's release below; push the next only after it
       // has been taken and measured, so the ring then holds nothing.
-      while (taken.load(std::memory_order_acquire) == i) conveyor::detail::cpu_relax();
+      while (taken.load(std::memory_order_acquire) == i) pause(spins);
     }
   }};
   std::uint64_t nonzero = 0;
+  unsigned spins = 0;
   for (std::uint64_t i = 0; i < rounds; ++i) {
     std::optional<std::uint64_t> v;
-    while (!(v = ring.try_pop())) conveyor::detail::cpu_relax();
+    while (!(v = ring.try_pop())) pause(spins);
     nonzero += ring.size_approx() != 0;
     taken.store(i + 1, std::memory_order_release);  // release: pairs with the acquire above
   }
