@@ -19,14 +19,14 @@
 // path: try only), moodycamel ("moodycamel": ReaderWriterQueue / ConcurrentQueue with tokens
 // for try, their Blocking* variants for block, whose producer side has no blocking call and
 // spins on try_enqueue like the try path; "moodycamel-circ": BlockingReaderWriterCircularBuffer,
-// moodycamel's bounded SPSC with wait_enqueue). "moodycamel-fit": the ReaderWriterQueue sized to hold at most the capacity
-// (see moodycamel_spsc_fit). "lamport-{packed,pad64,pad128}" is a Lamport ring with index
-// caches (conveyor's spsc_ring until it moved to per-slot sequence numbers) with both
-// indices (and their caches) on one line, or each side on its own 64- or 128-byte line:
-// the false-sharing measurement behind conveyor::cache_line_size. Every queue is
-// constructed with the benchmark's capacity and used bounded (moodycamel's never allocate
-// on the try_enqueue path); the SPSC rows' "holds" counter says how many items each one
-// so constructed accepts.
+// moodycamel's bounded SPSC with wait_enqueue; "moodycamel-fit": the ReaderWriterQueue
+// sized to hold at most the capacity, see moodycamel_spsc_fit). "lamport-{packed,pad64,
+// pad128}" is a Lamport ring with index caches (conveyor's spsc_ring until it moved to
+// per-slot sequence numbers) with both indices (and their caches) on one line, or each
+// side on its own 64- or 128-byte line: the false-sharing measurement behind
+// conveyor::cache_line_size. Every queue is constructed with the benchmark's capacity and
+// used bounded (moodycamel's never allocate on the try_enqueue path); the SPSC rows'
+// "holds" counter says how many items each one so constructed accepts.
 // Timing is manual: from releasing the pinned threads to the last one finishing.
 //
 // Thread-safety: a benchmark binary; each benchmark owns its queues and threads.
@@ -363,9 +363,9 @@ using moodycamel_mpmc = moodycamel_cq<moodycamel::ConcurrentQueue<item>>;
 using moodycamel_mpmc_blocking = moodycamel_cq<moodycamel::BlockingConcurrentQueue<item>>;
 
 // A Lamport ring with index caches (conveyor's spsc_ring before per-slot sequence
-// numbers), try path only, whose layout
-// is the parameter: Align == 0 packs both indices and both caches into one line; otherwise
-// each side (its index and its cache of the other index) gets its own Align-byte line.
+// numbers), try path only, whose layout is the parameter: Align == 0 packs both indices
+// and both caches into one line; otherwise each side (its index and its cache of the
+// other index) gets its own Align-byte line.
 template <std::size_t Align>
 class lamport_spsc {
   static constexpr std::size_t side_align = Align == 0 ? alignof(std::size_t) : Align;
