@@ -108,9 +108,8 @@ class spsc_ring {
       if (closed()) return false;
       if (emplace(std::move(v))) return true;
       not_full_.wait([this] {
-        // acquire: pairs with the release store of seq in take(); we own tail.
-        const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
-        return slot(tail)->seq.load(std::memory_order_acquire) == tail || closed();
+        const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
+        return slot(tail)->fillable(tail) || closed();
       });
     }
   }
@@ -170,9 +169,7 @@ class spsc_ring {
       std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
     cell* c = slot(head);
-    // acquire: pairs with the release store of seq in emplace(); the element's
-    // construction happens-before we read it below.
-    if (c->seq.load(std::memory_order_acquire) != head + 1) return std::nullopt;
+    if (!c->takable(head)) return std::nullopt;
     if (position) *position = head;
     T* p = c->element();
     std::optional<T> out{std::move(*p)};
@@ -193,9 +190,8 @@ class spsc_ring {
       if (auto v = try_pop(position)) return v;
       if (closed()) return try_pop(position);  // elements pushed before close() are visible now
       auto ready = [this] {
-        // acquire: pairs with the release store of seq in emplace(); we own head.
-        const std::size_t head = consumer_.head.load(std::memory_order_relaxed);
-        return slot(head)->seq.load(std::memory_order_acquire) == head + 1 || closed();
+        const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+        return slot(head)->takable(head) || closed();
       };
       if (!deadline) {
         not_empty_.wait(ready);
@@ -210,9 +206,7 @@ class spsc_ring {
     if (closed_.load(std::memory_order_relaxed)) return false;  // relaxed: advisory refusal
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
     cell* c = slot(tail);
-    // acquire: pairs with the release store of seq in take(); the consumer is done with
-    // the element of the last lap (full: it has not taken it yet).
-    if (c->seq.load(std::memory_order_acquire) != tail) return false;
+    if (!c->fillable(tail)) return false;  // full: the last lap's element is still there
     ::new (static_cast<void*>(c->storage)) T(std::forward<Args>(args)...);
     // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
     // Stored before seq, so the release below also publishes it: a consumer that has
@@ -233,6 +227,17 @@ class spsc_ring {
     std::atomic<std::size_t> seq;
     alignas(T) unsigned char storage[sizeof(T)];
     T* element() noexcept { return std::launder(reinterpret_cast<T*>(storage)); }
+    // The producer's turn at position pos: the consumer is done with the last lap's
+    // element. acquire: pairs with the release store of seq in take(), so its move-out
+    // and destruction happen-before we construct here.
+    CONVEYOR_HOT_INLINE bool fillable(std::size_t pos) const noexcept {
+      return seq.load(std::memory_order_acquire) == pos;
+    }
+    // The consumer's turn at position pos: the element is there. acquire: pairs with the
+    // release store of seq in emplace(), so its construction happens-before we read it.
+    CONVEYOR_HOT_INLINE bool takable(std::size_t pos) const noexcept {
+      return seq.load(std::memory_order_acquire) == pos + 1;
+    }
   };
   cell* slot(std::size_t i) const noexcept { return slots_.data() + (i & mask_); }
 
