@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "conveyor/error.hpp"
+#include "conveyor/metrics/clock.hpp"
+#include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "test_support.hpp"
 
@@ -323,6 +325,58 @@ void check_positions() {
     REQUIRE(ring.try_pop(&pos) == std::optional<int>{i});
     REQUIRE(pos == static_cast<std::size_t>(20 + i));
   }
+}
+
+// The measured blocking pop and push (detail::ring_access, what a pipeline stage with
+// metrics on uses): the same semantics as pop() and push(), plus what the waits cost. A
+// wait of ~20 ms for the other side reaches the slow path, whose time is reported (all
+// but the spin) and whose end is a reading taken inside the call; no wait, no cost.
+template <template <class> class Ring>
+void check_measured_waits() {
+  using namespace std::chrono_literals;
+  using access = detail::ring_access;
+  Ring<int> ring{2};
+  detail::wait_timing none;
+  REQUIRE(ring.try_push(1));
+  REQUIRE(access::pop(ring, nullptr, &none) == std::optional<int>{1});
+  REQUIRE(access::push(ring, 2, &none));
+  CHECK(none.rounds == 0);
+  CHECK(none.slow_ns == 0);
+  CHECK(none.end_ns == 0);
+  REQUIRE(ring.try_push(3));  // full now
+  for (const bool popping : {false, true}) {
+    CAPTURE(popping);
+    detail::wait_timing t;
+    bool other_ok = false;  // Catch's assertions belong to the test's thread
+    std::thread other{[&] {
+      std::this_thread::sleep_for(20ms);
+      other_ok = popping ? ring.push(9) : ring.pop().has_value();
+    }};
+    const std::int64_t t0 = metrics::now_ns();
+    if (popping) {
+      std::size_t pos = 0;
+      REQUIRE(access::pop(ring, &pos, &t) == std::optional<int>{9});
+    } else {
+      REQUIRE(access::push(ring, 4, &t));  // waits for the pop to make room
+      REQUIRE(ring.try_pop() == std::optional<int>{3});
+      REQUIRE(ring.try_pop() == std::optional<int>{4});
+    }
+    const std::int64_t t1 = metrics::now_ns();
+    other.join();
+    REQUIRE(other_ok);
+    CAPTURE(t.rounds, t.slow_ns, t.end_ns, t1 - t0);
+    CHECK(t.rounds >= 1);
+    CHECK(t.end_ns >= t0);
+    CHECK(t.end_ns <= t1);
+    CHECK(t.slow_ns > 0);
+    CHECK(t.slow_ns <= t1 - t0);
+    // The spin before the slow path is 1024 rounds at most, far less than the wait.
+    if (t1 - t0 >= 10'000'000) CHECK(t.slow_ns >= (t1 - t0) / 2);
+  }
+  ring.close();
+  detail::wait_timing closed;
+  REQUIRE_FALSE(access::pop(ring, nullptr, &closed).has_value());
+  REQUIRE_FALSE(access::push(ring, 5, &closed));
 }
 
 }  // namespace conveyor::test

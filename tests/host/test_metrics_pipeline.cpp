@@ -248,7 +248,7 @@ TEST_CASE("pipeline trace: off by default; needs metrics; bad sizes refused") {
 TEST_CASE("pipeline metrics: waits too short to be timed are still charged as waiting") {
   // The source spends ~2 us per item; the map and the sink do nothing, so they wait
   // for nearly all of the run, in gaps of about 2 us: short enough to end within the
-  // probe's short spin, which reads no clock. Their time must still come out as waiting,
+  // ring's spin, which reads no clock. Their time must still come out as waiting,
   // not busy, and the phases must still tile each worker's time.
   const std::uint64_t n = t::scaled(200'000) / 4 + 1000;
   const auto spin_2us = [] {
@@ -279,7 +279,7 @@ TEST_CASE("pipeline metrics: waits too short to be timed are still charged as wa
     // a pop and a push cost about as much as the source's 2 us, so the stages no longer
     // mostly wait: 'inc' measured busy 0.43-0.66 under ThreadSanitizer and 0.50 under
     // AddressSanitizer in CI. Only the tiling is checked; the scripted_ring tests below
-    // check the short-wait accounting itself, deterministically.)
+    // check the accounting of waits itself, deterministically.)
     CHECK(starved + blocked > 0.5);
     CHECK(busy < 0.4);
 #endif
@@ -288,40 +288,108 @@ TEST_CASE("pipeline metrics: waits too short to be timed are still charged as wa
 }
 
 namespace {
-// A ring whose try_pop fails `fail` times and then delivers; the failure numbered
-// `stall_at` (0-based) stalls first, as a thread preempted there would. Drives
-// worker_probe's short waits deterministically: its first try_pop is failure 0, the
-// short spin's retries the ones after.
+// A ring that never has an item ready for try_pop and whose blocking pop says what its
+// wait cost (as spsc_ring's does through detail::wait_timing) after taking `stall`:
+// drives worker_probe's accounting of waits deterministically. The same for push.
 struct scripted_ring {
-  int fail = 0;
-  int stall_at = -1;
+  using value_type = int;
+  detail::wait_timing cost{};  // end_ns != 0: the wait reached the slow path (now, then)
   std::chrono::milliseconds stall{0};
-  int calls = 0;
-  std::optional<int> try_pop(std::size_t* = nullptr) {
-    if (fail == 0) return 1;
-    --fail;
-    if (calls++ == stall_at) std::this_thread::sleep_for(stall);
-    return std::nullopt;
+  int plain_waits = 0, measured_waits = 0;
+
+  std::optional<int> try_pop(std::size_t* = nullptr) { return std::nullopt; }
+  std::optional<int> pop(std::size_t* = nullptr) {
+    ++plain_waits;
+    std::this_thread::sleep_for(stall);
+    return 1;
   }
-  std::optional<int> pop(std::size_t* = nullptr) { return 1; }
+  std::optional<int> pop(std::size_t*, detail::wait_timing* t) {
+    ++measured_waits;
+    report(*t);
+    return 1;
+  }
+  bool try_push(int&&) { return false; }
+  bool push(int) {
+    ++plain_waits;
+    std::this_thread::sleep_for(stall);
+    return true;
+  }
+  bool push(int&&, detail::wait_timing* t) {
+    ++measured_waits;
+    report(*t);
+    return true;
+  }
+
+ private:
+  void report(detail::wait_timing& t) const {
+    std::this_thread::sleep_for(stall);
+    t.rounds += cost.rounds;
+    t.slow_ns += cost.slow_ns;
+    if (cost.end_ns != 0) t.end_ns = metrics::now_ns();
+  }
 };
+
+using probe_t = detail::worker_probe;
 }  // namespace
 
-TEST_CASE("worker_probe: a short wait preempted in the middle is charged once, not to every later one") {
+TEST_CASE("worker_probe: waits are the ring's own, measured with metrics on only") {
+  for (const bool on : {true, false}) {
+    CAPTURE(on);
+    detail::control ctl{on};
+    metrics::stage_stats stats{1};
+    detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
+    scripted_ring r;
+    for (std::uint32_t i = 0; i < 2 * probe_t::round_sample_period; ++i) {
+      REQUIRE(probe.pop(r) == std::optional<int>{1});
+      REQUIRE(probe.push(r, 7));
+    }
+    const int waits = 4 * static_cast<int>(probe_t::round_sample_period);
+    CHECK(r.measured_waits == (on ? waits : 0));
+    CHECK(r.plain_waits == (on ? 0 : waits));
+  }
+}
+
+TEST_CASE("worker_probe: spin rounds are charged at the learned cost of a round") {
+  using namespace std::chrono_literals;
+  detail::control ctl{true};
+  metrics::stage_stats stats{1};
+  detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
+  // The first wait is the sampled one: timed with the clock around it, 1 ms over 1000
+  // rounds (more if the sleep overslept): a round costs 1-2 us (the bound on a round).
+  scripted_ring sampled{.cost = {.rounds = 1000}, .stall = 1ms};
+  REQUIRE(probe.pop(sampled));
+  const metrics::stage_counters after_sampled = stats.snapshot();
+  CHECK(after_sampled.starved_ns >= 1'000'000);  // charged when it ended
+  // The next ones are not timed: 100 rounds each, waiting for their input (pop) or for
+  // room (push), charged at the next mark.
+  scripted_ring spin{.cost = {.rounds = 100}};
+  REQUIRE(probe.pop(spin));
+  REQUIRE(probe.push(spin, 1));
+  CHECK(stats.snapshot().starved_ns == after_sampled.starved_ns);
+  std::this_thread::sleep_for(1ms);  // "work"
+  probe.busy();
+  const metrics::stage_counters c = stats.snapshot();
+  const std::int64_t starved = c.starved_ns - after_sampled.starved_ns;
+  const std::int64_t blocked = c.blocked_ns;
+  CAPTURE(starved, blocked, c.busy_ns);
+  CHECK(starved >= 100 * 1000);
+  CHECK(starved <= 100 * 2000);
+  CHECK(blocked == starved);
+  CHECK(c.busy_ns >= 1'000'000 - 2 * 100 * 2000);
+}
+
+TEST_CASE("worker_probe: a sampled wait preempted in the middle is charged once, not to every later one") {
   using namespace std::chrono_literals;
   detail::control ctl{true};
   metrics::stage_stats stats{1};
   {
     detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
-    // The first short wait is sampled (timed); it stalls 20 ms inside its spin.
-    scripted_ring first{.fail = 1 + 10, .stall_at = 3, .stall = 20ms};
-    REQUIRE(probe.pop(first) == std::optional<int>{1});
-    // 63 more of 11 rounds each (10 failed retries, the 11th delivers), estimated from
-    // the cost of a round.
-    for (int i = 0; i < 63; ++i) {
-      scripted_ring r{.fail = 1 + 10};
-      REQUIRE(probe.pop(r) == std::optional<int>{1});
-    }
+    // The first wait is sampled; 10 rounds of spin stalled 20 ms (preempted).
+    scripted_ring first{.cost = {.rounds = 10}, .stall = 20ms};
+    REQUIRE(probe.pop(first));
+    // 63 more of 11 rounds each, charged at the learned cost of a round.
+    scripted_ring r{.cost = {.rounds = 11}};
+    for (std::uint32_t i = 1; i < probe_t::round_sample_period; ++i) REQUIRE(probe.pop(r));
     std::this_thread::sleep_for(30ms);  // "work"
     probe.busy();
   }
@@ -329,49 +397,32 @@ TEST_CASE("worker_probe: a short wait preempted in the middle is charged once, n
   CAPTURE(c.starved_ns, c.busy_ns);
   // The stall was waiting: starved gets its 20 ms (more if the sleep overslept); the
   // 63 x 11 estimated rounds add at most 2 us each (the bound on a round), which is all
-  // the 30 ms of work can lose to them. Before the bound, the work was all "starved".
+  // the 30 ms of work can lose to them. Unbounded, the work was all "starved".
   constexpr std::int64_t estimated_max = 63 * 11 * 2'000;
   CHECK(c.starved_ns >= 20'000'000);
   CHECK(c.busy_ns >= 30'000'000 - estimated_max);
 }
 
-TEST_CASE("worker_probe: waits that outlast the short spin make it shorter, short ones longer") {
+TEST_CASE("worker_probe: a wait that reached the ring's slow path is charged when it ends") {
+  using namespace std::chrono_literals;
   detail::control ctl{true};
   metrics::stage_stats stats{1};
+  const std::int64_t t0 = metrics::now_ns();
   detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
-  using P = detail::worker_probe;
-  // Returns how many times the probe retried (failed try_pop calls) before it gave up
-  // spinning and called the ring's blocking pop().
-  const auto retries_of_long_wait = [&] {
-    scripted_ring r{.fail = 1'000'000};
-    REQUIRE(probe.pop(r) == std::optional<int>{1});
-    return r.calls - 1;  // the first try_pop is not a retry
-  };
-  // The first long wait spins the full limit; each one after it half as long, down to
-  // the floor: a worker whose waits are long (its producer is off-core) stops spinning.
-  std::uint32_t expected = P::short_spin_rounds;
-  for (int i = 0; i < 6; ++i) {
-    CAPTURE(i);
-    CHECK(retries_of_long_wait() == static_cast<int>(expected));
-    expected = std::max(P::min_spin_rounds, expected / 2);
-  }
-  CHECK(retries_of_long_wait() == static_cast<int>(P::min_spin_rounds));
-  // A wait that ends within the spin at retry k pulls the limit up to 2k (if higher).
-  const auto short_wait = [&](int k) {
-    scripted_ring r{.fail = k};  // k failed tries (the first and k - 1 retries): retry k delivers
-    REQUIRE(probe.pop(r) == std::optional<int>{1});
-  };
-  short_wait(3);
-  CHECK(retries_of_long_wait() == 6);  // which halves it again, to the floor
-  short_wait(3);
-  short_wait(1);                        // a quicker one does not lower it
-  CHECK(retries_of_long_wait() == 6);
-  for (int i = 0; i < 3; ++i) short_wait(40);  // more than the limit: long waits
-  short_wait(4);
-  short_wait(8);
-  short_wait(16);
-  short_wait(32);
-  CHECK(retries_of_long_wait() == static_cast<int>(P::short_spin_rounds));  // capped
+  scripted_ring sampled;  // the first wait is the sampled one
+  REQUIRE(probe.pop(sampled));
+  const metrics::stage_counters before = stats.snapshot();
+  // 5 ms asleep in the ring: no clock read by the probe, yet a running report sees it
+  // as soon as the wait is over, without waiting for the stage's next mark.
+  scripted_ring asleep{.cost = {.rounds = 0, .slow_ns = 5'000'000, .end_ns = 1}, .stall = 5ms};
+  REQUIRE(probe.pop(asleep));
+  REQUIRE(probe.push(asleep, 1));
+  const metrics::stage_counters c = stats.snapshot();
+  CAPTURE(c.starved_ns, c.blocked_ns, c.busy_ns);
+  CHECK(c.starved_ns - before.starved_ns == 5'000'000);
+  CHECK(c.blocked_ns - before.blocked_ns == 5'000'000);
+  // The phases still tile the worker's time: nothing charged beyond its clock.
+  CHECK(c.busy_ns + c.starved_ns + c.blocked_ns <= probe.mark_ns() - t0);
 }
 
 TEST_CASE("pipeline metrics off: accounting kept, nothing timed, verdict unmeasured") {

@@ -107,24 +107,34 @@ TEST_CASE("phase_clock: consecutive phases tile time and land in the right count
   REQUIRE(k.busy_ns + k.starved_ns + k.blocked_ns + c.length_ns() == clock.mark_ns() - t0);
 }
 
-TEST_CASE("phase_clock: estimated short waits inside a busy phase go to starved and blocked") {
+TEST_CASE("phase_clock: waits measured without a clock read go to starved and blocked") {
   m::stage_stats s{1};
   auto& w = s.worker(0);
-  const std::int64_t t0 = m::now_ns() - 1000;  // a phase of at least 1000 ns
+  const std::int64_t t0 = 1'000'000;
   m::phase_clock clock{w, t0};
-  const m::phase a = clock.busy(300, 200);
+  const m::phase a = clock.busy_until(t0 + 1000, 300, 200);
+  REQUIRE(a.start_ns == t0);
+  REQUIRE(a.end_ns == t0 + 1000);
+  REQUIRE(clock.mark_ns() == t0 + 1000);
   m::stage_counters k = s.snapshot();
   REQUIRE(k.starved_ns == 300);
   REQUIRE(k.blocked_ns == 200);
-  REQUIRE(k.busy_ns == a.length_ns() - 500);
-  // Estimates longer than the phase are cut to it, starved first: time is never
+  REQUIRE(k.busy_ns == 500);
+  // Waits longer than the phase are cut to it, starved first: time is never
   // charged twice.
-  m::phase_clock late{w, m::now_ns() - 100};
-  const m::phase b = late.busy(1'000'000, 1'000'000);
+  const m::phase b = clock.busy_until(t0 + 1100, 1'000'000, 1'000'000);
+  REQUIRE(b.length_ns() == 100);
   k = s.snapshot();
-  REQUIRE(k.starved_ns == 300 + b.length_ns());
+  REQUIRE(k.starved_ns == 400);
   REQUIRE(k.blocked_ns == 200);
-  REQUIRE(k.busy_ns == a.length_ns() - 500);
+  REQUIRE(k.busy_ns == 500);
+  // An end before the mark (a reading older than the last mark) charges nothing and
+  // leaves the mark where it was.
+  const m::phase c = clock.busy_until(t0, 50, 50);
+  REQUIRE(c.length_ns() == 0);
+  REQUIRE(clock.mark_ns() == t0 + 1100);
+  k = s.snapshot();
+  REQUIRE(k.starved_ns + k.blocked_ns + k.busy_ns == 1100);
 }
 
 TEST_CASE("gpu_stats: per-lane sums and the compute union across lanes") {

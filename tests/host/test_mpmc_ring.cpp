@@ -215,3 +215,7 @@ TEST_CASE("mpmc_ring: pop_until times out, delivers, and sees close") {
 TEST_CASE("mpmc_ring: pop reports each element's position in push order") {
   t::check_positions<mpmc_ring>();
 }
+
+TEST_CASE("mpmc_ring: measured pop and push report what their waits cost") {
+  t::check_measured_waits<mpmc_ring>();
+}

@@ -84,6 +84,41 @@ TEST_CASE("spsc_ring: pop reports each element's position in push order") {
   t::check_positions<spsc_ring>();
 }
 
+TEST_CASE("spsc_ring: measured pop and push report what their waits cost") {
+  t::check_measured_waits<spsc_ring>();
+}
+
+TEST_CASE("wait_point: a measured wait counts its spin rounds and reports its slow path") {
+  using namespace std::chrono_literals;
+  conveyor::detail::wait_point wp;
+  // Ready at once: nothing spun, no slow path.
+  conveyor::detail::wait_timing t;
+  wp.wait([] { return true; }, &t);
+  CHECK(t.rounds == 0);
+  CHECK(t.slow_ns == 0);
+  CHECK(t.end_ns == 0);
+  // Ready at the 4th look: the first look, then 3 rounds of the spin.
+  int looks = 0;
+  wp.wait([&] { return ++looks == 4; }, &t);
+  CHECK(t.rounds == 3);
+  CHECK(t.slow_ns == 0);
+  CHECK(t.end_ns == 0);
+  // A deadline that passes: the spin runs out, the slow path ends at the deadline or
+  // after it, and the costs add to what t already holds.
+  const auto t0 = std::chrono::steady_clock::now();
+  REQUIRE_FALSE(wp.wait_until([] { return false; }, t0 + 5ms, &t));
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto ns = [](std::chrono::steady_clock::time_point p) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(p.time_since_epoch()).count();
+  };
+  CAPTURE(t.rounds, t.slow_ns, t.end_ns);
+  CHECK(t.rounds > 3);
+  CHECK(t.end_ns >= ns(t0 + 5ms));
+  CHECK(t.end_ns <= ns(t1));
+  CHECK(t.slow_ns > 0);
+  CHECK(t.slow_ns <= ns(t1) - ns(t0));
+}
+
 // The consumer samples its input ring's size (a stage's occupancy counter). Right after
 // it has taken the only element there is, the size it reads must be 0: it must never see
 // its own head run past the producer's tail (which, unsigned, would read as full).

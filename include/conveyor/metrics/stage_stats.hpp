@@ -181,11 +181,12 @@ class phase_clock {
   phase_clock(worker_stats& w, std::int64_t start_ns) noexcept : w_(&w), mark_(start_ns) {}
 
   phase busy() noexcept { return charge(&worker_stats::add_busy); }
-  // As busy(), for a phase that also held short waits measured without a clock read
-  // (estimated starved_ns and blocked_ns, see worker_probe): those are charged to
-  // starved and blocked, at most the whole phase, and the rest to busy.
-  phase busy(std::int64_t starved_ns, std::int64_t blocked_ns) noexcept {
-    const phase p{mark_, now_ns()};
+  // Ends the phase at end_ns (a reading of now_ns() taken since the last mark), for a
+  // phase that also held waits measured without a clock read of their own (starved_ns
+  // and blocked_ns, see worker_probe): those are charged to starved and blocked, at
+  // most the whole phase, and the rest to busy.
+  phase busy_until(std::int64_t end_ns, std::int64_t starved_ns, std::int64_t blocked_ns) noexcept {
+    const phase p{mark_, end_ns > mark_ ? end_ns : mark_};
     mark_ = p.end_ns;
     std::int64_t left = p.length_ns();
     starved_ns = starved_ns < left ? starved_ns : left;

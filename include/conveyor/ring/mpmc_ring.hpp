@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "conveyor/config.hpp"
+#include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 
@@ -119,21 +120,7 @@ class mpmc_ring {
   // Blocks while full. Returns false, and drops v, once the ring is closed.
   // @note blocks the calling thread.
   bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    for (;;) {
-      if (emplace(std::move(v))) return true;
-      if (closed()) return false;
-      not_full_.wait([this] {
-        const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
-        if ((pos & closed_bit) != 0) return true;
-        // acquire: pairs with the release store of seq in try_pop(). Room at pos
-        // (dif == 0), or pos is already stale (dif > 0: another producer has claimed it
-        // since): either way emplace() may succeed now. Only dif < 0 — the slot at the
-        // current enqueue position still holds the previous lap's element — is full,
-        // and then the consumer that frees it notifies after this read (see pop_impl()).
-        const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
-        return static_cast<std::intptr_t>(seq - pos) >= 0;
-      });
-    }
+    return push_impl(std::move(v), nullptr);
   }
 
   // Blocks while empty. Returns nullopt only when the ring is closed and drained.
@@ -177,6 +164,8 @@ class mpmc_ring {
   }
 
  private:
+  friend struct detail::ring_access;
+
   static constexpr std::size_t closed_bit = std::size_t{1} << (sizeof(std::size_t) * 8 - 1);
 
   struct alignas(cache_line_size) slot {
@@ -213,8 +202,28 @@ class mpmc_ring {
     return true;
   }
 
+  bool push_impl(T&& v, detail::wait_timing* timing) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (emplace(std::move(v))) return true;
+      if (closed()) return false;
+      not_full_.wait([this] {
+        const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+        if ((pos & closed_bit) != 0) return true;
+        // acquire: pairs with the release store of seq in try_pop(). Room at pos
+        // (dif == 0), or pos is already stale (dif > 0: another producer has claimed it
+        // since): either way emplace() may succeed now. Only dif < 0 — the slot at the
+        // current enqueue position still holds the previous lap's element — is full,
+        // and then the consumer that frees it notifies after this read (see pop_impl()).
+        const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
+        return static_cast<std::intptr_t>(seq - pos) >= 0;
+      }, timing);
+    }
+  }
+
   std::optional<T> pop_impl(std::size_t* position,
-                            const std::chrono::steady_clock::time_point* deadline) noexcept(
+                            const std::chrono::steady_clock::time_point* deadline,
+                            detail::wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
       if (auto v = try_pop(position)) return v;
@@ -235,8 +244,8 @@ class mpmc_ring {
         return static_cast<std::intptr_t>(seq - (pos + 1)) >= 0 || drained();
       };
       if (!deadline) {
-        not_empty_.wait(ready);
-      } else if (!not_empty_.wait_until(ready, *deadline)) {
+        not_empty_.wait(ready, timing);
+      } else if (!not_empty_.wait_until(ready, *deadline, timing)) {
         return try_pop(position);  // deadline passed
       }
     }

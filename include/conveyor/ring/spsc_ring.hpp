@@ -104,14 +104,7 @@ class spsc_ring {
   // Blocks while full. Returns false, and drops v, once the ring is closed.
   // @note blocks the calling (producer) thread.
   bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    for (;;) {
-      if (closed()) return false;
-      if (emplace(std::move(v))) return true;
-      not_full_.wait([this] {
-        const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
-        return slot(tail)->fillable(tail) || closed();
-      });
-    }
+    return push_impl(std::move(v), nullptr);
   }
 
   // Blocks while empty. Returns nullopt only when the ring is closed and drained.
@@ -183,8 +176,21 @@ class spsc_ring {
     return out;
   }
 
+  bool push_impl(T&& v, detail::wait_timing* timing) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (closed()) return false;
+      if (emplace(std::move(v))) return true;
+      not_full_.wait([this] {
+        const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
+        return slot(tail)->fillable(tail) || closed();
+      }, timing);
+    }
+  }
+
   std::optional<T> pop_impl(std::size_t* position,
-                            const std::chrono::steady_clock::time_point* deadline) noexcept(
+                            const std::chrono::steady_clock::time_point* deadline,
+                            detail::wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
       if (auto v = try_pop(position)) return v;
@@ -194,8 +200,8 @@ class spsc_ring {
         return slot(head)->takable(head) || closed();
       };
       if (!deadline) {
-        not_empty_.wait(ready);
-      } else if (!not_empty_.wait_until(ready, *deadline)) {
+        not_empty_.wait(ready, timing);
+      } else if (!not_empty_.wait_until(ready, *deadline, timing)) {
         return try_pop(position);  // deadline passed
       }
     }

@@ -3,6 +3,9 @@
 //
 //   auto v = detail::ring_access::take(ring, &position);   // = ring.try_pop(&position),
 //                                                          //   always inlined
+//   detail::wait_timing t;                                 // = ring.pop(&position), and
+//   auto w = detail::ring_access::pop(ring, &position, &t);  // what its waits cost
+//   bool ok = detail::ring_access::push(ring, std::move(x), &t);
 //
 // Thread-safety: as the ring's member called.
 #pragma once
@@ -10,6 +13,7 @@
 #include <cstddef>
 
 #include "conveyor/config.hpp"
+#include "conveyor/ring/detail/wait.hpp"
 
 namespace conveyor::detail {
 
@@ -19,6 +23,20 @@ struct ring_access {
   CONVEYOR_HOT_INLINE static auto take(Ring& ring, std::size_t* position) noexcept(
       noexcept(ring.take(position))) {
     return ring.take(position);
+  }
+
+  // The blocking pop() and push() of spsc_ring and mpmc_ring, adding what their waits
+  // cost to *timing (see wait_timing): a caller that measures its waits (a pipeline
+  // stage) waits exactly as one that does not.
+  template <class Ring>
+  static auto pop(Ring& ring, std::size_t* position, wait_timing* timing) noexcept(
+      noexcept(ring.pop_impl(position, nullptr, timing))) {
+    return ring.pop_impl(position, nullptr, timing);
+  }
+  template <class Ring, class T>
+  static bool push(Ring& ring, T&& v, wait_timing* timing) noexcept(
+      noexcept(ring.push_impl(std::move(v), timing))) {
+    return ring.push_impl(std::move(v), timing);
   }
 };
 

@@ -3,6 +3,7 @@
 //   detail::wait_point not_empty_;                       // one per direction of a ring
 //   consumer:  not_empty_.wait([&] { return has_item() || closed(); });
 //   producer:  publish(item); not_empty_.notify();       // cheap when nobody sleeps
+//   measured:  detail::wait_timing t;  not_empty_.wait(ready, &t);   // what it cost
 //
 // A wait_point is an event count (Dekker handshake): a waiter sets waiting_, then
 // re-checks its condition, then sleeps on epoch_ with C++20 atomic::wait (a futex on
@@ -117,21 +118,34 @@ inline void futex_wake_all(std::atomic<std::uint32_t>& word) noexcept {
 #endif
 }
 
+// What blocking waits cost, for a caller that measures its waits (a pipeline stage's
+// probe) without reading the clock around each one, and without waiting any other way
+// than an unmeasured caller would. The spin is counted in rounds (the caller knows what
+// a round costs, from the waits it times itself); the slow path reads the clock anyway,
+// to tune the spin, and hands those readings out. Accumulates over several waits.
+struct wait_timing {
+  std::uint32_t rounds = 0;  // spin rounds (a re-check and a pause each), every wait
+  std::int64_t slow_ns = 0;  // time past the spins: in yields and sleeps
+  std::int64_t end_ns = 0;   // steady clock at the end of the last slow path; 0: none
+};
+
 class wait_point {
  public:
   // Blocks until pred() holds. pred reads only atomics the notifier publishes before
   // calling notify(), and may say false only when every change that could make it true
   // is followed by a notify(): a change nobody notifies about (in mpmc_ring, another
   // consumer's claim) must make pred true, or a sleeper can miss its last wake-up.
+  // With timing: adds what this wait cost to *timing (see wait_timing).
   template <class Pred>
-  void wait(Pred&& pred) noexcept {
-    wait_impl(pred, nullptr);
+  void wait(Pred&& pred, wait_timing* timing = nullptr) noexcept {
+    wait_impl(pred, nullptr, timing);
   }
 
   // As wait(), but gives up at the deadline. Returns pred()'s last value.
   template <class Pred>
-  bool wait_until(Pred&& pred, wait_clock::time_point deadline) noexcept {
-    return wait_impl(pred, &deadline);
+  bool wait_until(Pred&& pred, wait_clock::time_point deadline,
+                  wait_timing* timing = nullptr) noexcept {
+    return wait_impl(pred, &deadline, timing);
   }
 
   // Call after publishing the state change that may satisfy a waiter's pred. Wakes every
@@ -158,7 +172,8 @@ class wait_point {
 
  private:
   template <class Pred>
-  bool wait_impl(Pred& pred, const wait_clock::time_point* deadline) noexcept {
+  bool wait_impl(Pred& pred, const wait_clock::time_point* deadline,
+                 wait_timing* timing) noexcept {
     // Spin, then yield, then sleep: competitive spinning, tuned by what the last waits
     // needed. A spin that succeeds at round i moves the limit toward 2i + 16. A wait
     // that outlasts the spin but ends soon after (within short_wait: in a yield that ran
@@ -175,17 +190,32 @@ class wait_point {
     for (std::uint32_t i = 0; i < limit; ++i) {
       if (pred()) {
         adapt(limit, 2 * i + 16, 2 * i + 16 > limit ? 1 : 6);
+        if (timing) timing->rounds += i + 1;
         return true;
       }
       // A timed wait looks at the clock now and then: under load a spin can be
       // preempted for far longer than it would take.
-      if (deadline && i % 64 == 63 && wait_clock::now() >= *deadline) return false;
+      if (deadline && i % 64 == 63 && wait_clock::now() >= *deadline) {
+        if (timing) timing->rounds += i + 1;
+        return false;
+      }
       cpu_relax();
     }
+    if (timing) timing->rounds += limit;
     const wait_clock::time_point spun = wait_clock::now();
+    // The slow path's end, for a measuring caller: the clock reading it took last.
+    const auto slow_ended = [&](wait_clock::time_point end) noexcept {
+      if (!timing) return;
+      timing->slow_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(end - spun).count();
+      timing->end_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
+    };
     wait_clock::time_point before_yield = spun;
     for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
-      if (deadline && before_yield >= *deadline) return pred();
+      if (deadline && before_yield >= *deadline) {
+        slow_ended(before_yield);
+        return pred();
+      }
       std::this_thread::yield();  // on a busy core: a whole time slice of another thread
       const wait_clock::time_point after_yield = wait_clock::now();
       if (pred()) {
@@ -198,6 +228,7 @@ class wait_point {
           adapt(limit, 2 * limit, 1);
         else
           adapt(limit, 0, 1);
+        slow_ended(after_yield);
         return true;
       }
       before_yield = after_yield;
@@ -213,16 +244,19 @@ class wait_point {
       waiting_.exchange(true, std::memory_order_seq_cst);
       if (asymmetric_) heavy_barrier();  // partner: the signal fence in notify
       if (pred()) {  // the flag may stay set: costs one spurious wake, no more
-        learn_from_sleep(limit, spun);
+        slow_ended(learn_from_sleep(limit, spun));
         return true;
       }
-      if (deadline && wait_clock::now() >= *deadline) {
-        adapt(limit, 0, 2);
-        return false;
+      if (deadline) {
+        if (const wait_clock::time_point now = wait_clock::now(); now >= *deadline) {
+          adapt(limit, 0, 2);
+          slow_ended(now);
+          return false;
+        }
       }
       futex_wait(epoch_, epoch, deadline);
       if (pred()) {
-        learn_from_sleep(limit, spun);
+        slow_ended(learn_from_sleep(limit, spun));
         return true;
       }
     }
@@ -232,12 +266,15 @@ class wait_point {
   // run is a syscall: ~1-2 us here, a context switch and back is several).
   static constexpr auto yield_switched = std::chrono::microseconds(5);
 
-  void learn_from_sleep(std::uint32_t limit, wait_clock::time_point spun) noexcept {
+  // Returns its clock reading: the end of the wait.
+  wait_clock::time_point learn_from_sleep(std::uint32_t limit, wait_clock::time_point spun) noexcept {
     constexpr auto short_wait = std::chrono::microseconds(50);
-    if (wait_clock::now() - spun < short_wait)
+    const wait_clock::time_point now = wait_clock::now();
+    if (now - spun < short_wait)
       adapt(limit, 2 * limit, 1);
     else
       adapt(limit, 0, 2);
+    return now;
   }
 
   // Moves the limit toward target: quickly up (a longer spin would have paid), slowly

@@ -313,31 +313,22 @@ class worker_probe {
   // Pops from the input ring (with its position when pos is given). A pop that found an
   // item ready reads no clock: it is charged with the phase after it (the work), which
   // saves two of the three clock reads per item of a stage that keeps up. A pop that has
-  // to wait first spins a little (up to short_spin_rounds) and, if that was enough, reads no
-  // clock either: the wait is estimated from the rounds spun and charged as starved at
-  // the next clock read. Only a longer wait is timed. nullopt: closed and drained.
+  // to wait waits exactly as it would with metrics off (the ring's own spin, yield and
+  // sleep, see measured_wait()). nullopt: closed and drained.
   template <class Ring>
   CONVEYOR_HOT_INLINE auto pop(Ring& in, std::size_t* pos = nullptr) {
     if (auto v = in.try_pop(pos)) return v;
-    if (on_)
-      if (auto v = short_wait([&] { return in.try_pop(pos); }, short_starved_ns_)) return v;
-    before_wait();
-    auto v = in.pop(pos);
-    starved();
-    return v;
+    if (!on_) return in.pop(pos);
+    return measured_wait([&](wait_timing* t) { return in.pop(pos, t); }, starving);
   }
-  // Pushes to the output ring; waits are charged as blocked, short ones estimated as in
-  // pop(). false: the ring was closed (the pipeline is stopping).
+  // Pushes to the output ring; waits are charged as blocked, measured as in pop().
+  // false: the ring was closed (the pipeline is stopping).
   template <class Ring, class T>
     requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
   CONVEYOR_HOT_INLINE bool push(Ring& out, T&& v) {
     if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
-    if (on_ && short_wait([&] { return out.try_push(std::move(v)); }, short_blocked_ns_))
-      return true;
-    before_wait();
-    const bool ok = out.push(std::move(v));
-    blocked();
-    return ok;
+    if (!on_) return out.push(std::move(v));
+    return measured_wait([&](wait_timing* t) { return out.push(std::move(v), t); }, blocking);
   }
   // As push(out, T(args...)), but when there is room (the common case) the element is
   // constructed in the ring's slot: no temporary envelope between the stage and the ring.
@@ -350,12 +341,8 @@ class worker_probe {
     }
     return push(out, T(std::forward<Args>(args)...));
   }
-  // Rounds of cpu_relax() + retry before a wait is timed: a few microseconds at most
-  // (the limit adapts between min_spin_rounds and this, see short_spin::adapt()).
-  static constexpr std::uint32_t short_spin_rounds = 64;
-  static constexpr std::uint32_t min_spin_rounds = 4;
-  // One short wait in round_sample_period times itself, to keep the cost of a round
-  // (cache misses on the other side's index included) current.
+  // One wait in round_sample_period (and every wait of a worker with a trace track) is
+  // timed with the clock around it; the others are charged from the ring's wait_timing.
   static constexpr std::uint32_t round_sample_period = 64;
 
   void starved() noexcept {
@@ -365,12 +352,11 @@ class worker_probe {
     if (on_) clock_.blocked();
   }
   // Charges busy time since the last mark and draws it as a span named `name`.
-  // Short waits since the last mark (estimated, see pop()) are charged as what they were.
+  // Waits since the last mark that were not timed (see measured_wait()) are charged as
+  // what they were.
   void busy(const char* name) noexcept {
     if (!on_) return;
-    lazy_ = 0;
-    const metrics::phase p = clock_.busy(short_starved_ns_, short_blocked_ns_);
-    short_starved_ns_ = short_blocked_ns_ = 0;
+    const metrics::phase p = charge_until(now_ns());
     if (track_ != nullptr) track_->span(name, p);
   }
   void busy() noexcept { busy(span_); }
@@ -391,7 +377,7 @@ class worker_probe {
   // Charges the work done since the last clock read as busy, before a wait that the
   // caller will charge with starved() or blocked().
   void before_wait() noexcept {
-    if (on_ && (lazy_ != 0 || short_starved_ns_ != 0 || short_blocked_ns_ != 0)) busy();
+    if (on_ && (lazy_ != 0 || pending_starved_ns_ != 0 || pending_blocked_ns_ != 0)) busy();
   }
   // Samples the input ring's occupancy on every occupancy_period-th pop (the first
   // included). Reading the ring's size loads both of its indices, whose cache lines the
@@ -425,78 +411,61 @@ class worker_probe {
   const char* span_;
   const char* counter_;
   placement_entry placement_;  // in the placer's registry while the worker runs
-  // Retries attempt() for up to spin_limit_ rounds (adaptive: short_spin::adapt());
-  // returns its first result that converts to true (an item, or a successful push), else
-  // an empty one. The wait's estimated length goes to pending_ns (starved or blocked).
-  // Results are returned, never assigned: item types need not be assignable.
-  template <class Attempt>
-  auto short_wait(Attempt&& attempt, std::int64_t& pending_ns) -> decltype(attempt()) {
-    short_spin spin{*this};
-    while (spin.next())
-      if (auto r = attempt()) {
-        spin.end(pending_ns, true);
-        return r;
-      }
-    spin.end(pending_ns, false);
-    return {};
+
+  // A blocking pop or push with metrics on (wait(&timing) calls the ring's). The ring
+  // waits as it does for anyone, and hands back what the wait cost (wait_timing: the
+  // rounds it spun, and the clock readings its slow path took anyway). That is charged
+  // as starved or blocked, by `kind`: the rounds at the learned cost of a round, the
+  // slow path as read. A wait that reached the slow path (a yield at least:
+  // microseconds) also closes the phase at its last reading, so that a running report
+  // shows a stage that has waited for seconds as waiting. So a wait reads no clock of
+  // its own, except the sampled one, timed with the clock around it to keep the cost of
+  // a round current (a pause and a re-check of the ring, whose cache misses depend on
+  // the other side), and with a trace track every wait, to draw its span.
+  enum wait_kind : bool { starving, blocking };
+  template <class Wait>
+  auto measured_wait(Wait&& wait, wait_kind kind) -> decltype(wait(nullptr)) {
+    wait_timing t;
+    if (track_ != nullptr || waits_++ % round_sample_period == 0) {
+      before_wait();
+      auto r = wait(&t);
+      const metrics::phase p = kind == starving ? clock_.starved() : clock_.blocked();
+      learn_round(p.length_ns() - t.slow_ns, t.rounds);
+      return r;
+    }
+    auto r = wait(&t);
+    (kind == starving ? pending_starved_ns_ : pending_blocked_ns_) +=
+        std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
+    if (t.end_ns != 0) (void)charge_until(t.end_ns);
+    return r;
   }
 
-  // A short wait's rounds and, when sampled, its start: end() adds its estimated
-  // length to the pending starved or blocked time. Reads the clock only when sampling.
-  class short_spin {
-   public:
-    explicit short_spin(worker_probe& p) noexcept
-        : p_(p), t0_(p.short_waits_++ % round_sample_period == 0 ? now_ns() : 0) {}
-    bool next() noexcept {
-      if (rounds_ == p_.spin_limit_) return false;
-      ++rounds_;
-      cpu_relax();
-      return true;
-    }
-    // ended: the wait ended within the spin (else it goes on as a timed wait).
-    void end(std::int64_t& pending_ns, bool ended) noexcept {
-      adapt(ended);
-      if (t0_ == 0) {
-        pending_ns += rounds_ * p_.round_ns_;
-        return;
-      }
-      // A sampled wait is charged as timed. Its cost per round feeds a moving average
-      // (the first sample sets it), bounded so that a wait preempted in the middle (tens
-      // of milliseconds on a loaded machine) cannot make every later estimate huge.
-      const std::int64_t waited = now_ns() - t0_;
-      pending_ns += waited;
-      std::int64_t per_round = std::min<std::int64_t>(waited / rounds_, max_round_ns);
-      if (p_.round_ns_ != 0) per_round = std::min(per_round, 2 * p_.round_ns_);
-      p_.round_ns_ = p_.round_ns_ == 0 ? per_round : (3 * p_.round_ns_ + per_round) / 4;
-    }
-    static constexpr std::int64_t max_round_ns = 2000;  // a pause and a retry: far less
+  // Folds one timed wait's spin (spin_ns over `rounds` rounds) into the cost of a round:
+  // a moving average (the first sample sets it), each sample bounded so that a spin
+  // preempted in the middle (tens of milliseconds on a loaded machine) cannot make every
+  // later estimate huge.
+  void learn_round(std::int64_t spin_ns, std::uint32_t rounds) noexcept {
+    if (rounds == 0) return;
+    std::int64_t per_round = std::clamp<std::int64_t>(spin_ns / rounds, 0, max_round_ns);
+    if (round_ns_ != 0) per_round = std::min(per_round, 2 * round_ns_);
+    round_ns_ = round_ns_ == 0 ? per_round : (3 * round_ns_ + per_round) / 4;
+  }
+  static constexpr std::int64_t max_round_ns = 2000;  // a pause and a re-check: far less
 
-   private:
-    // The spin adapts as the rings' own does (detail::wait_point): a wait that ends
-    // within it pulls the limit toward twice the rounds it took; one that outlasts it
-    // halves the limit. A worker whose waits are long (the other side is off its core,
-    // as with more threads than cores) then stops spending 64 rounds on each before the
-    // ring's own wait, which is what measuring used to cost there.
-    void adapt(bool ended) noexcept {
-      std::uint32_t& limit = p_.spin_limit_;
-      const auto rounds = static_cast<std::uint32_t>(rounds_);
-      if (!ended)
-        limit = std::max(min_spin_rounds, limit / 2);
-      else if (2 * rounds > limit)
-        limit = std::min(short_spin_rounds, 2 * rounds);
-    }
-
-    worker_probe& p_;
-    std::int64_t t0_;
-    std::int64_t rounds_ = 0;
-  };
+  // Closes the phase at end_ns: the waits not timed since the last mark are charged as
+  // starved and blocked (at most the whole phase), the rest as busy.
+  metrics::phase charge_until(std::int64_t end_ns) noexcept {
+    lazy_ = 0;
+    const metrics::phase p = clock_.busy_until(end_ns, pending_starved_ns_, pending_blocked_ns_);
+    pending_starved_ns_ = pending_blocked_ns_ = 0;
+    return p;
+  }
 
   std::uint32_t pops_ = 0;
-  std::uint32_t lazy_ = 0;  // items whose work is not charged yet
-  std::uint32_t short_waits_ = 0;
-  std::uint32_t spin_limit_ = short_spin_rounds;  // rounds of the next short wait
-  std::int64_t round_ns_ = 0;  // estimated cost of one short-wait round
-  std::int64_t short_starved_ns_ = 0, short_blocked_ns_ = 0;  // estimated, not charged yet
+  std::uint32_t lazy_ = 0;   // items whose work is not charged yet
+  std::uint32_t waits_ = 0;  // blocking pops and pushes, for the sample
+  std::int64_t round_ns_ = 0;  // learned cost of one spin round of a ring's wait
+  std::int64_t pending_starved_ns_ = 0, pending_blocked_ns_ = 0;  // not timed, not charged yet
 };
 
 }  // namespace conveyor::detail

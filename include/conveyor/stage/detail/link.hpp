@@ -6,7 +6,7 @@
 //
 // A hop between stages is the whole per-item cost of a pipeline of cheap stages, and an
 // SPSC hop is several times cheaper than an MPMC one: no compare-and-swap on a shared
-// index, no per-slot sequence word, slots packed instead of one per cache line. Most
+// index, slots packed instead of one per cache line. Most
 // hops have exactly one thread on each side (a source, a batcher, a one-worker map, an
 // ordered map's emitter, a one-worker sink), so the pipeline asks each stage how many
 // threads may push to its output and pop from its input *at the same time*, and picks
@@ -72,6 +72,11 @@ class ring_link {
   CONVEYOR_HOT_INLINE bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? spsc_->push(std::move(v)) : mpmc_->push(std::move(v));
   }
+  // As push(v), adding what its waits cost to *timing (see detail::wait_timing).
+  bool push(T&& v, wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    return spsc_ ? ring_access::push(*spsc_, std::move(v), timing)
+                 : ring_access::push(*mpmc_, std::move(v), timing);
+  }
   // position: how many elements were pushed before this one (see mpmc_ring::try_pop).
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
@@ -81,6 +86,12 @@ class ring_link {
   CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? spsc_->pop(position) : mpmc_->pop(position);
+  }
+  // As pop(position), adding what its waits cost to *timing (see detail::wait_timing).
+  std::optional<T> pop(std::size_t* position, wait_timing* timing) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    return spsc_ ? ring_access::pop(*spsc_, position, timing)
+                 : ring_access::pop(*mpmc_, position, timing);
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
