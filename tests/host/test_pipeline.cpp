@@ -217,15 +217,19 @@ TEST_CASE("pipeline: a batch of batches keeps every item's identity through two 
 }
 
 TEST_CASE("pipeline: the latency sample stands for every item of a long run") {
-  // Dense (1 in 8) at first, sparse (1 in 64) later; the weights add up to one per item
-  // whenever a run ends on a multiple of the sparse period.
+  // Dense (1 in 8) at first, sparser (1 in 64, then 1 in 256) later; the weights add up
+  // to one per item whenever a run ends on a multiple of the current period.
   std::uint64_t sum = 0;
-  for (std::uint64_t i = 0; i < 4 * detail::latency_dense_items; ++i) {
+  for (std::uint64_t i = 0; i < 2 * detail::latency_sparse_items; ++i) {
     const std::uint32_t w = detail::latency_sample_weight(i);
-    REQUIRE((w == 0 || w == (i < detail::latency_dense_items ? 8u : 64u)));
+    const std::uint32_t period = i < detail::latency_dense_items    ? 8u
+                                 : i < detail::latency_sparse_items ? 64u
+                                                                    : 256u;
+    REQUIRE((w == 0 || w == period));
     sum += w;
+    if ((i + 1) % period == 0) REQUIRE(sum == i + 1);
   }
-  REQUIRE(sum == 4 * detail::latency_dense_items);
+  REQUIRE(sum == 2 * detail::latency_sparse_items);
 
   const std::uint64_t n = 2 * detail::latency_dense_items + 64 * 10;
   std::uint64_t got = 0;

@@ -49,18 +49,22 @@ inline constexpr std::uint32_t no_ticket = ~std::uint32_t{0};
 
 // A source pipeline times the latency of a sample of its items (one clock read at each
 // end); submit() times every item. The sample: 1 item in 8 of the first
-// latency_dense_items (1024 samples, enough for the P99 of a short run), then 1 in 64.
+// latency_dense_items (1024 samples, enough for the P99 of a short run), then 1 in 64
+// up to latency_sparse_items (4096 more), then 1 in 256 (~4000 per million items).
 // Each timed item is recorded with its period as its weight, so the histogram stands for
 // every item and the later, sparser part of a long run is not under-weighted. A clock
-// read costs ~26 ns on these VMs: at 1 in 8 the two per sample were 0.25 reads (~6.5 ns)
-// per item, most of what measuring cost a pipeline of trivial stages; at 1 in 64, 0.03.
+// read costs ~26-29 ns on these VMs: at 1 in 8 the two per sample were 0.25 reads
+// (~6.5 ns) per item, most of what measuring cost a pipeline of trivial stages; at 1 in
+// 64 they were still a third of the clock reads of such a pipeline (perf: 73 of 213
+// samples in clock_gettime); at 1 in 256, 0.008 reads per item.
 inline constexpr std::uint64_t latency_dense_items = 8192;
+inline constexpr std::uint64_t latency_sparse_items = 262144;
 
 // The weight of item `seq` in the latency sample; 0: not timed.
 constexpr std::uint32_t latency_sample_weight(std::uint64_t seq) noexcept {
-  // Both periods are powers of two: a mask. `seq % period` compiled to a 64-bit div on
+  // Every period is a power of two: a mask. `seq % period` compiled to a 64-bit div on
   // every item, ~3 ns of the source's per-item cost with metrics on.
-  const std::uint32_t period = seq < latency_dense_items ? 8 : 64;
+  const std::uint32_t period = seq < latency_dense_items ? 8 : seq < latency_sparse_items ? 64 : 256;
   return (seq & (period - 1)) == 0 ? period : 0;
 }
 
@@ -362,17 +366,23 @@ class worker_probe {
   void busy() noexcept { busy(span_); }
 
   // Marks the end of one item's work. With a trace track it is busy(): one clock read
-  // and a span per item. Without one it reads no clock: the time is charged as busy
-  // when the worker next has to wait (pop/push/before_wait), or every lazy_period items,
-  // so a stage that keeps up reads the clock once per 64 items instead of once per
-  // item, and a running report() lags a busy stage by at most that many items.
+  // and a span per item. Without one it reads the clock only every mark_period_ items,
+  // adapted after each mark so that a phase lasts about mark_interval_ns: a stage of
+  // 20 ns items reads it once per 2500 items, one of 1 ms items once per item, and a
+  // running report() lags a stage by about that interval whatever its items cost. (A
+  // fixed 1 in 64 was half the clock reads of a pipeline of trivial stages, perf.)
+  // Waits that reach the ring's slow path, and sampled waits, close the phase too.
   void work_done() noexcept {
     if (!on_) return;
-    if (track_ != nullptr || ++lazy_ == lazy_period) {
-      busy();
-    }
+    if (track_ != nullptr) return busy();
+    if (++lazy_ < mark_period_) return;
+    const std::uint32_t items = lazy_;
+    const std::int64_t per_item = charge_until(now_ns()).length_ns() / items;
+    mark_period_ = static_cast<std::uint32_t>(std::clamp<std::int64_t>(
+        per_item > 0 ? mark_interval_ns / per_item : max_mark_period, 1, max_mark_period));
   }
-  static constexpr std::uint32_t lazy_period = 64;
+  static constexpr std::int64_t mark_interval_ns = 50'000;
+  static constexpr std::uint32_t max_mark_period = 4096;
 
   // Charges the work done since the last clock read as busy, before a wait that the
   // caller will charge with starved() or blocked().
@@ -463,6 +473,7 @@ class worker_probe {
 
   std::uint32_t pops_ = 0;
   std::uint32_t lazy_ = 0;   // items whose work is not charged yet
+  std::uint32_t mark_period_ = 64;  // items between marks (work_done())
   std::uint32_t waits_ = 0;  // blocking pops and pushes, for the sample
   std::int64_t round_ns_ = 0;  // learned cost of one spin round of a ring's wait
   std::int64_t pending_starved_ns_ = 0, pending_blocked_ns_ = 0;  // not timed, not charged yet
