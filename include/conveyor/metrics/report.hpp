@@ -77,7 +77,7 @@ struct stage_report {
   double busy_s = 0.0;      // summed over workers
   double starved_s = 0.0;   // waiting on the input ring
   double blocked_s = 0.0;   // waiting for room downstream (or for a free slot)
-  double occupancy_mean = 0.0;    // input ring, sampled every 64th pop (worker_probe)
+  double occupancy_mean = 0.0;    // input ring, sampled ~every 50 us (worker_probe)
   std::size_t occupancy_max = 0;
   std::size_t ring_capacity = 0;  // of the input ring; 0: none (a source)
 };

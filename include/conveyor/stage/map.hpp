@@ -111,38 +111,41 @@ class reorder_buffer {
                      "got " + std::to_string(window) + "; please report it");
   }
 
-  // Blocks until position p may be deposited; false if the pipeline is stopping.
-  // on_wait() runs first if it has to wait (the caller's metrics mark the wait).
-  template <class OnWait>
-  bool admit(std::size_t p, OnWait&& on_wait) noexcept {
+  // Blocks until position p may be deposited; false if the pipeline is stopping. A wait
+  // runs through wait_via(w), which must call w(timing) (timing may be null): the
+  // caller's metrics measure it (worker_probe::wait_as).
+  template <class WaitVia>
+  bool admit(std::size_t p, WaitVia&& wait_via) noexcept {
     auto ok = [&] {
       // acquire: pairs with the release store of emitted_ in emit().
       return p < emitted_.load(std::memory_order_acquire) + window_ || ctl_.is_stopping();
     };
     if (!ok()) {
-      on_wait();
-      room_.wait(ok);
+      wait_via([&](wait_timing* timing) noexcept {
+        room_.wait(ok, timing);
+        return true;
+      });
     }
     return !ctl_.is_stopping();
   }
-
   bool admit(std::size_t p) noexcept {
-    return admit(p, [] {});
+    return admit(p, [](auto&& wait) noexcept { return wait(nullptr); });
   }
 
-  // Stores the result for position p (admitted) and emits whatever became consecutive.
-  // on_wait() runs before the first push downstream that has to wait for room.
-  template <class OnWait>
-  void deposit(std::size_t p, envelope<T>&& v, OnWait&& on_wait) noexcept {
+  // Stores the result for position p (admitted) and emits whatever became consecutive,
+  // through push(envelope<T>&&) -> bool: a push downstream that blocks while there is no
+  // room, false once the ring is closed (the caller's, so its metrics see the wait).
+  template <class Push>
+  void deposit(std::size_t p, envelope<T>&& v, Push&& push) noexcept {
     slot& s = slots_[p & mask_];
     s.value.emplace(std::move(v));
     // seq_cst: Dekker with the emitter's release of emitting_ and its re-check of this
     // slot in emit(): either it sees this store, or our exchange below sees it gone.
     s.ready.store(p + 1, std::memory_order_seq_cst);
-    emit(on_wait);
+    emit(push);
   }
   void deposit(std::size_t p, envelope<T>&& v) noexcept {
-    deposit(p, std::move(v), [] {});
+    deposit(p, std::move(v), [this](envelope<T>&& e) noexcept { return out_->push(std::move(e)); });
   }
 
   // Wakes admit() waiters after a stop.
@@ -168,9 +171,8 @@ class reorder_buffer {
     std::optional<envelope<T>> value;
   };
 
-  template <class OnWait>
-  void emit(OnWait& on_wait) noexcept {
-    bool waited = false;
+  template <class Push>
+  void emit(Push& push) noexcept {
     for (;;) {
       // acquire: pairs with the release store of emitting_ below by the previous
       // emitter; its writes to next_ and the slots are visible to us.
@@ -189,12 +191,7 @@ class reorder_buffer {
         emitted_.store(next, std::memory_order_release);
         room_.notify();
         const std::uint64_t n = v.items();
-        if (out_->try_push(std::move(v))) continue;  // moves v only when it succeeds
-        if (!waited) {
-          on_wait();
-          waited = true;
-        }
-        if (!out_->push(std::move(v))) ctl_.cancel(n);  // stopping: the rest is drained later
+        if (!push(std::move(v))) ctl_.cancel(n);  // stopping: the rest is drained later
       }
       // seq_cst: see deposit(); after releasing, re-check the slot we stopped at, since
       // its depositor may have found emitting_ still set and left it to us.
@@ -262,16 +259,12 @@ class map_node {
       auto in = probe.pop(*in_, ordered ? &pos : nullptr);
       if (!in) break;
       probe.occupancy(*in_);
-      bool waited = false;  // for the reorder window: counts as waiting for input
-      const auto before_wait = [&] {
-        probe.before_wait();
-        waited = true;
-      };
-      if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos, before_wait))) {
+      // Waiting for the reorder window counts as waiting for input.
+      const auto wait_for_window = [&](auto&& wait) { return probe.wait_as(worker_probe::wait_for::input, wait); };
+      if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos, wait_for_window))) {
         ctl_.cancel(in->items());
         break;
       }
-      if (waited) probe.starved();
       const std::uint64_t n = in->items();
       // The result stays out of an envelope until it goes downstream: emplace() builds the
       // envelope in the ring's slot (see worker_probe::emplace).
@@ -287,10 +280,9 @@ class map_node {
       probe.work_done();
       probe.items(n);
       if (ordered) {
-        waited = false;  // depositing may emit downstream and wait for room there
+        // Depositing may emit downstream, through this worker's probe.
         reorder_->deposit(pos, envelope<out_type>{std::move(*out), in->meta, std::move(in->metas)},
-                          before_wait);
-        if (waited) probe.blocked();
+                          [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); });
       } else if (!probe.emplace(*out_, std::move(*out), in->meta, std::move(in->metas))) {
         ctl_.cancel(n);
         break;

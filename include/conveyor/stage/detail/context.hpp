@@ -9,6 +9,8 @@
 //   { metrics::nvtx_range r{probe.span_name()}; y = f(*x); }   probe.work_done();
 //   probe.push(out, std::move(y));                      // blocked only if it waited
 //   probe.emplace(out, std::move(v), meta, meta_list{}); // the same, built in the slot
+//   probe.wait_as(worker_probe::wait_for::input, [&](wait_timing* t) {  // any other wait,
+//     window.wait(ready, t); return true; });                         // measured the same
 //
 // Thread-safety: control's atomics from any thread; on_stop() and make_track() during
 // setup only (before any stage thread runs). A worker_probe belongs to one thread.
@@ -318,12 +320,12 @@ class worker_probe {
   // item ready reads no clock: it is charged with the phase after it (the work), which
   // saves two of the three clock reads per item of a stage that keeps up. A pop that has
   // to wait waits exactly as it would with metrics off (the ring's own spin, yield and
-  // sleep, see measured_wait()). nullopt: closed and drained.
+  // sleep, see wait_as()). nullopt: closed and drained.
   template <class Ring>
   CONVEYOR_HOT_INLINE auto pop(Ring& in, std::size_t* pos = nullptr) {
     if (auto v = in.try_pop(pos)) return v;
     if (!on_) return in.pop(pos);
-    return measured_wait([&](wait_timing* t) { return in.pop(pos, t); }, starving);
+    return wait_as(wait_for::input, [&](wait_timing* t) { return in.pop(pos, t); });
   }
   // Pushes to the output ring; waits are charged as blocked, measured as in pop().
   // false: the ring was closed (the pipeline is stopping).
@@ -332,7 +334,7 @@ class worker_probe {
   CONVEYOR_HOT_INLINE bool push(Ring& out, T&& v) {
     if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
     if (!on_) return out.push(std::move(v));
-    return measured_wait([&](wait_timing* t) { return out.push(std::move(v), t); }, blocking);
+    return wait_as(wait_for::room, [&](wait_timing* t) { return out.push(std::move(v), t); });
   }
   // As push(out, T(args...)), but when there is room (the common case) the element is
   // constructed in the ring's slot: no temporary envelope between the stage and the ring.
@@ -345,8 +347,37 @@ class worker_probe {
     }
     return push(out, T(std::forward<Args>(args)...));
   }
+  // Runs a blocking wait and charges it as starved (waiting for input) or blocked
+  // (waiting for room downstream). wait(timing) waits as it would for anyone (a ring's
+  // blocking pop or push, a wait_point) and adds to *timing what the wait cost
+  // (wait_timing: the rounds it spun, and the clock readings its slow path took anyway);
+  // timing is null with metrics off. The rounds are charged at the learned cost of a
+  // round, the slow path as read. A wait that reached the slow path (a yield at least:
+  // microseconds) also closes the phase at its last reading, so that a running report
+  // shows a stage that has waited for seconds as waiting. So a wait reads no clock of
+  // its own, except the sampled one, timed with the clock around it to keep the cost of
+  // a round current (a pause and a re-check of the ring, whose cache misses depend on
+  // the other side), and with a trace track every wait, to draw its span.
+  enum class wait_for : bool { input, room };
+  template <class Wait>
+  auto wait_as(wait_for kind, Wait&& wait) -> decltype(wait(nullptr)) {
+    if (!on_) return wait(nullptr);
+    wait_timing t;
+    if (track_ != nullptr || waits_++ % round_sample_period == 0) {
+      before_wait();
+      auto r = wait(&t);
+      const metrics::phase p = kind == wait_for::input ? clock_.starved() : clock_.blocked();
+      learn_round(p.length_ns() - t.slow_ns, t.rounds);
+      return r;
+    }
+    auto r = wait(&t);
+    (kind == wait_for::input ? pending_starved_ns_ : pending_blocked_ns_) +=
+        std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
+    if (t.end_ns != 0) (void)charge_until(t.end_ns);
+    return r;
+  }
   // One wait in round_sample_period (and every wait of a worker with a trace track) is
-  // timed with the clock around it; the others are charged from the ring's wait_timing.
+  // timed with the clock around it; the others are charged from their wait_timing.
   static constexpr std::uint32_t round_sample_period = 64;
 
   void starved() noexcept {
@@ -356,11 +387,12 @@ class worker_probe {
     if (on_) clock_.blocked();
   }
   // Charges busy time since the last mark and draws it as a span named `name`.
-  // Waits since the last mark that were not timed (see measured_wait()) are charged as
+  // Waits since the last mark that were not timed (see wait_as()) are charged as
   // what they were.
   void busy(const char* name) noexcept {
     if (!on_) return;
     const metrics::phase p = charge_until(now_ns());
+    occupancy_due_ = true;
     if (track_ != nullptr) track_->span(name, p);
   }
   void busy() noexcept { busy(span_); }
@@ -372,14 +404,11 @@ class worker_probe {
   // running report() lags a stage by about that interval whatever its items cost. (A
   // fixed 1 in 64 was half the clock reads of a pipeline of trivial stages, perf.)
   // Waits that reach the ring's slow path, and sampled waits, close the phase too.
-  void work_done() noexcept {
-    if (!on_) return;
-    if (track_ != nullptr) return busy();
-    if (++lazy_ < mark_period_) return;
-    const std::uint32_t items = lazy_;
-    const std::int64_t per_item = charge_until(now_ns()).length_ns() / items;
-    mark_period_ = static_cast<std::uint32_t>(std::clamp<std::int64_t>(
-        per_item > 0 ? mark_interval_ns / per_item : max_mark_period, 1, max_mark_period));
+  // The count is inlined into the stage's loop; the mark is not (a call per item cost
+  // the trivial pipeline's stages ~7% of their samples, perf).
+  CONVEYOR_HOT_INLINE void work_done() noexcept {
+    if (!on_ || (track_ == nullptr && ++lazy_ < mark_period_)) return;
+    mark_work();
   }
   static constexpr std::int64_t mark_interval_ns = 50'000;
   static constexpr std::uint32_t max_mark_period = 4096;
@@ -389,15 +418,19 @@ class worker_probe {
   void before_wait() noexcept {
     if (on_ && (lazy_ != 0 || pending_starved_ns_ != 0 || pending_blocked_ns_ != 0)) busy();
   }
-  // Samples the input ring's occupancy on every occupancy_period-th pop (the first
-  // included). Reading the ring's size loads both of its indices, whose cache lines the
-  // producer and the consumer keep writing: on every pop that costs more than the rest
-  // of the probe together, and even one pop in 8 cost ~16 ns per item on a 7-14 M/s
-  // pipeline (bench_pipeline, metrics on vs off). One in 64 still takes ~16 000 samples
-  // per million items.
+  // Samples the input ring's occupancy: at the first pop, and at the first pop after
+  // each clock mark of the stage's work (busy(), and work_done()'s about every
+  // mark_interval_ns of the stage's time), so the samples are spread over time, not
+  // over items. Reading the ring's size loads the producer's index, whose
+  // cache line the producer keeps writing: on every pop that cost more than the rest of
+  // the probe together, one pop in 8 ~16 ns per item, and one in 64 still ~2 ns per item
+  // and stage of a trivial pipeline. With a trace track (a mark per item), every
+  // occupancy_period-th pop is sampled.
   template <class Ring>
   void occupancy(const Ring& ring) noexcept {
-    if (!on_ || (pops_++ % occupancy_period) != 0) return;
+    if (!on_) return;
+    if (track_ != nullptr ? (pops_++ % occupancy_period) != 0 : !std::exchange(occupancy_due_, false))
+      return;
     const std::size_t n = ring.size_approx();
     w_->sample_occupancy(n);
     if (track_ != nullptr && counter_ != nullptr)
@@ -422,32 +455,15 @@ class worker_probe {
   const char* counter_;
   placement_entry placement_;  // in the placer's registry while the worker runs
 
-  // A blocking pop or push with metrics on (wait(&timing) calls the ring's). The ring
-  // waits as it does for anyone, and hands back what the wait cost (wait_timing: the
-  // rounds it spun, and the clock readings its slow path took anyway). That is charged
-  // as starved or blocked, by `kind`: the rounds at the learned cost of a round, the
-  // slow path as read. A wait that reached the slow path (a yield at least:
-  // microseconds) also closes the phase at its last reading, so that a running report
-  // shows a stage that has waited for seconds as waiting. So a wait reads no clock of
-  // its own, except the sampled one, timed with the clock around it to keep the cost of
-  // a round current (a pause and a re-check of the ring, whose cache misses depend on
-  // the other side), and with a trace track every wait, to draw its span.
-  enum wait_kind : bool { starving, blocking };
-  template <class Wait>
-  auto measured_wait(Wait&& wait, wait_kind kind) -> decltype(wait(nullptr)) {
-    wait_timing t;
-    if (track_ != nullptr || waits_++ % round_sample_period == 0) {
-      before_wait();
-      auto r = wait(&t);
-      const metrics::phase p = kind == starving ? clock_.starved() : clock_.blocked();
-      learn_round(p.length_ns() - t.slow_ns, t.rounds);
-      return r;
-    }
-    auto r = wait(&t);
-    (kind == starving ? pending_starved_ns_ : pending_blocked_ns_) +=
-        std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
-    if (t.end_ns != 0) (void)charge_until(t.end_ns);
-    return r;
+  // work_done()'s mark: a span with a trace track; else the lazy items' phase, whose
+  // length per item sets the next mark period.
+  [[gnu::noinline]] void mark_work() noexcept {
+    if (track_ != nullptr) return busy();
+    const std::uint32_t items = lazy_;
+    const std::int64_t per_item = charge_until(now_ns()).length_ns() / items;
+    occupancy_due_ = true;
+    mark_period_ = static_cast<std::uint32_t>(std::clamp<std::int64_t>(
+        per_item > 0 ? mark_interval_ns / per_item : max_mark_period, 1, max_mark_period));
   }
 
   // Folds one timed wait's spin (spin_ns over `rounds` rounds) into the cost of a round:
@@ -471,7 +487,8 @@ class worker_probe {
     return p;
   }
 
-  std::uint32_t pops_ = 0;
+  std::uint32_t pops_ = 0;   // with a trace track: for the occupancy sample
+  bool occupancy_due_ = true;
   std::uint32_t lazy_ = 0;   // items whose work is not charged yet
   std::uint32_t mark_period_ = 64;  // items between marks (work_done())
   std::uint32_t waits_ = 0;  // blocking pops and pushes, for the sample
