@@ -391,8 +391,7 @@ class worker_probe {
   // what they were.
   void busy(const char* name) noexcept {
     if (!on_) return;
-    const metrics::phase p = charge_until(now_ns());
-    occupancy_due_ = true;
+    const metrics::phase p = mark();
     if (track_ != nullptr) track_->span(name, p);
   }
   void busy() noexcept { busy(span_); }
@@ -460,8 +459,7 @@ class worker_probe {
   [[gnu::noinline]] void mark_work() noexcept {
     if (track_ != nullptr) return busy();
     const std::uint32_t items = lazy_;
-    const std::int64_t per_item = charge_until(now_ns()).length_ns() / items;
-    occupancy_due_ = true;
+    const std::int64_t per_item = mark().length_ns() / items;
     mark_period_ = static_cast<std::uint32_t>(std::clamp<std::int64_t>(
         per_item > 0 ? mark_interval_ns / per_item : max_mark_period, 1, max_mark_period));
   }
@@ -477,6 +475,13 @@ class worker_probe {
     round_ns_ = round_ns_ == 0 ? per_round : (3 * round_ns_ + per_round) / 4;
   }
   static constexpr std::int64_t max_round_ns = 2000;  // a pause and a re-check: far less
+
+  // A clock mark of the stage's work: closes the phase now, and the next pop samples the
+  // input ring's occupancy.
+  metrics::phase mark() noexcept {
+    occupancy_due_ = true;
+    return charge_until(now_ns());
+  }
 
   // Closes the phase at end_ns: the waits not timed since the last mark are charged as
   // starved and blocked (at most the whole phase), the rest as busy.
