@@ -311,7 +311,8 @@ class worker_probe {
   worker_probe(const control& ctl, metrics::stage_stats& stage, std::size_t worker,
                metrics::trace_track* track, const char* span_name, const char* counter_name) noexcept
       : on_(ctl.metrics_on), w_(&stage.worker(worker)), clock_(*w_), track_(on_ ? track : nullptr),
-        span_(span_name), counter_(counter_name), placement_(ctl.placed, stage) {}
+        span_(span_name), counter_(counter_name), placement_(ctl.placed, stage),
+        occupancy_due_(on_), mark_period_(!on_ ? no_marks : track_ != nullptr ? 1 : 64) {}
   worker_probe(const worker_probe&) = delete;
   worker_probe& operator=(const worker_probe&) = delete;
   ~worker_probe() { before_wait(); }  // the last items' work, when the worker ends
@@ -405,8 +406,10 @@ class worker_probe {
   // Waits that reach the ring's slow path, and sampled waits, close the phase too.
   // The count is inlined into the stage's loop; the mark is not (a call per item cost
   // the trivial pipeline's stages ~7% of their samples, perf).
+  // One count and one compare per item whether metrics are on or off (off: the period
+  // never ends; with a trace track it is 1).
   CONVEYOR_HOT_INLINE void work_done() noexcept {
-    if (!on_ || (track_ == nullptr && ++lazy_ < mark_period_)) return;
+    if (++lazy_ < mark_period_) return;
     mark_work();
   }
   static constexpr std::int64_t mark_interval_ns = 50'000;
@@ -424,12 +427,12 @@ class worker_probe {
   // cache line the producer keeps writing: on every pop that cost more than the rest of
   // the probe together, one pop in 8 ~16 ns per item, and one in 64 still ~2 ns per item
   // and stage of a trivial pipeline. With a trace track (a mark per item), every
-  // occupancy_period-th pop is sampled.
+  // occupancy_period-th mark is followed by a sample. Per pop: one flag, never set with
+  // metrics off.
   template <class Ring>
-  void occupancy(const Ring& ring) noexcept {
-    if (!on_) return;
-    if (track_ != nullptr ? (pops_++ % occupancy_period) != 0 : !std::exchange(occupancy_due_, false))
-      return;
+  CONVEYOR_HOT_INLINE void occupancy(const Ring& ring) noexcept {
+    if (!occupancy_due_) return;
+    occupancy_due_ = false;
     const std::size_t n = ring.size_approx();
     w_->sample_occupancy(n);
     if (track_ != nullptr && counter_ != nullptr)
@@ -457,6 +460,10 @@ class worker_probe {
   // work_done()'s mark: a span with a trace track; else the lazy items' phase, whose
   // length per item sets the next mark period.
   [[gnu::noinline]] void mark_work() noexcept {
+    if (!on_) {  // 2^32 - 1 items without metrics
+      lazy_ = 0;
+      return;
+    }
     if (track_ != nullptr) return busy();
     const std::uint32_t items = lazy_;
     const std::int64_t per_item = mark().length_ns() / items;
@@ -479,7 +486,7 @@ class worker_probe {
   // A clock mark of the stage's work: closes the phase now, and the next pop samples the
   // input ring's occupancy.
   metrics::phase mark() noexcept {
-    occupancy_due_ = true;
+    occupancy_due_ = track_ == nullptr || ++marks_ % occupancy_period == 0;
     return charge_until(now_ns());
   }
 
@@ -492,10 +499,11 @@ class worker_probe {
     return p;
   }
 
-  std::uint32_t pops_ = 0;   // with a trace track: for the occupancy sample
-  bool occupancy_due_ = true;
-  std::uint32_t lazy_ = 0;   // items whose work is not charged yet
-  std::uint32_t mark_period_ = 64;  // items between marks (work_done())
+  static constexpr std::uint32_t no_marks = ~std::uint32_t{0};
+  std::uint32_t marks_ = 0;     // with a trace track: for the occupancy sample
+  bool occupancy_due_;          // the next pop samples the occupancy
+  std::uint32_t lazy_ = 0;      // items whose work is not charged yet
+  std::uint32_t mark_period_;   // items between marks (work_done()); no_marks: metrics off
   std::uint32_t waits_ = 0;  // blocking pops and pushes, for the sample
   std::int64_t round_ns_ = 0;  // learned cost of one spin round of a ring's wait
   std::int64_t pending_starved_ns_ = 0, pending_blocked_ns_ = 0;  // not timed, not charged yet
