@@ -6,9 +6,9 @@
 //
 // A hop between stages is the whole per-item cost of a pipeline of cheap stages, and an
 // SPSC hop is several times cheaper than an MPMC one: no compare-and-swap on a shared
-// index, slots packed instead of one per cache line. Most
-// hops have exactly one thread on each side (a source, a batcher, a one-worker map, an
-// ordered map's emitter, a one-worker sink), so the pipeline asks each stage how many
+// index, slots packed instead of one per cache line. Most hops have exactly one thread
+// on each side (a source, a batcher, a one-worker map, an ordered map's emitter, a
+// one-worker sink), so the pipeline asks each stage how many
 // threads may push to its output and pop from its input *at the same time*, and picks
 // spsc_ring when both are 1. "At the same time" matters: an ordered map's workers take
 // turns emitting under the reorder buffer's emitter flag, whose handover (release by one
@@ -68,12 +68,10 @@ class ring_link {
     return spsc_ ? spsc_->try_emplace(std::forward<Args>(args)...)
                  : mpmc_->try_emplace(std::forward<Args>(args)...);
   }
-  // Blocks while full; false (v dropped) once closed.
-  CONVEYOR_HOT_INLINE bool push(T v) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? spsc_->push(std::move(v)) : mpmc_->push(std::move(v));
-  }
-  // As push(v), adding what its waits cost to *timing (see detail::wait_timing).
-  bool push(T&& v, wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  // Blocks while full; false (v dropped) once closed. With timing: adds what its waits
+  // cost to *timing (see detail::wait_timing).
+  CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? ring_access::push(*spsc_, std::move(v), timing)
                  : ring_access::push(*mpmc_, std::move(v), timing);
   }
@@ -82,13 +80,10 @@ class ring_link {
       std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? ring_access::take(*spsc_, position) : mpmc_->try_pop(position);
   }
-  // Blocks while empty; nullopt only when closed and drained.
-  CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? spsc_->pop(position) : mpmc_->pop(position);
-  }
-  // As pop(position), adding what its waits cost to *timing (see detail::wait_timing).
-  std::optional<T> pop(std::size_t* position, wait_timing* timing) noexcept(
+  // Blocks while empty; nullopt only when closed and drained. With timing: adds what its
+  // waits cost to *timing (see detail::wait_timing).
+  CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr,
+                                           wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     return spsc_ ? ring_access::pop(*spsc_, position, timing)
                  : ring_access::pop(*mpmc_, position, timing);
