@@ -4,7 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <thread>
@@ -126,6 +128,66 @@ TEST_CASE("wait_point: a measured wait counts its spin rounds and reports its sl
     slow_path = d.slow_ns > 0;  // 0: the deadline passed in the spin, or as it ended
   }
   CHECK(slow_path);
+}
+
+// The wait points' yields stop while they hand whole time slices to another process, and
+// come back when that stops. Fed synthetic yields: what a yield took, and how much CPU
+// time the process got meanwhile (negative: not watched).
+TEST_CASE("yield_policy: lost yields pause yielding, progress and quiet bring it back") {
+  using namespace std::chrono_literals;
+  using conveyor::detail::yield_policy;
+  yield_policy p;
+  auto t = std::chrono::steady_clock::time_point{} + 1h;  // "now", moved by hand
+  const auto yield = [&](std::chrono::microseconds took, std::int64_t cpu_ns) {
+    p.yielded(t, t + took, p.watch() ? cpu_ns : -1);
+    t += took;
+  };
+  const std::int64_t ms = 1'000'000;
+  REQUIRE(p.may_yield(t));
+  REQUIRE_FALSE(p.watch());
+  // Short yields change nothing, whatever the CPU time.
+  for (int i = 0; i < 100; ++i) yield(20us, 0);
+  CHECK(p.may_yield(t));
+  CHECK_FALSE(p.watch());
+  // A long yield, not watched: the next ones are, and only they can pause the yields.
+  yield(4ms, 0);
+  CHECK(p.may_yield(t));
+  CHECK(p.watch());
+  // Long, but the process ran meanwhile (its own threads had the cores): progress.
+  yield(3ms, 6 * ms);
+  CHECK(p.may_yield(t));
+  // Long, and the process got less than the yield lasted: lost. Paused for min_quiet.
+  yield(4ms, ms / 2);
+  CHECK_FALSE(p.may_yield(t));
+  CHECK_FALSE(p.may_yield(t + yield_policy::min_quiet - 1us));
+  CHECK(p.may_yield(t + yield_policy::min_quiet));
+  // Lost again right after the pause: the pause doubles, up to max_quiet.
+  auto pause = yield_policy::min_quiet;
+  for (int i = 0; i < 10; ++i) {
+    t += pause;
+    REQUIRE(p.may_yield(t));
+    yield(4ms, 0);
+    pause = std::min<std::chrono::milliseconds>(2 * pause, yield_policy::max_quiet);
+    CAPTURE(i, pause.count());
+    CHECK_FALSE(p.may_yield(t + pause - 1us));
+    CHECK(p.may_yield(t + pause));
+  }
+  CHECK(pause == yield_policy::max_quiet);
+  // Long after the last lost yield, one more starts again from min_quiet.
+  t += yield_policy::forget_after_quiets * yield_policy::max_quiet + 1ms;
+  yield(4ms, 0);
+  CHECK_FALSE(p.may_yield(t + yield_policy::min_quiet - 1us));
+  CHECK(p.may_yield(t + yield_policy::min_quiet));
+  // The watch ends after a few short yields: they no longer pay for a syscall each.
+  t += yield_policy::min_quiet;
+  int watched = 0;
+  while (p.watch() && watched < 1000) {
+    yield(20us, 0);
+    ++watched;
+  }
+  CHECK(watched > 0);
+  CHECK(watched < 1000);
+  CHECK(p.may_yield(t));
 }
 
 // The consumer samples its input ring's size (a stage's occupancy counter). Right after

@@ -35,6 +35,7 @@
 #endif
 
 #include "conveyor/config.hpp"
+#include "conveyor/metrics/clock.hpp"  // a leaf: the process's CPU time
 
 namespace conveyor::detail {
 
@@ -129,6 +130,90 @@ struct wait_timing {
   std::int64_t end_ns = 0;   // steady clock at the end of the last slow path; 0: none
 };
 
+// Whether a waiter's yields pay on the cores it runs on, learned from what they took.
+// A yield hands the core to another runnable thread until that thread waits or its time
+// slice ends. Given to a thread of this process, that is progress: the trivial
+// pipeline's stages run for tens of microseconds until they wait; a CPU-bound stage for
+// a slice (1-3 ms here), and it is often the very thread waited for. Given to another
+// process's busy thread, it is a whole time slice lost (3-5 ms here beside two busy
+// loops: HZ=250 ticks), while a sleeper that is woken preempts that thread: one such
+// yield per wait cut the trivial pipeline from 23 to 0.44 M items/s.
+// So a long yield makes the wait point look closer at the next ones: it reads the
+// process's CPU time around them (a syscall, too dear for every yield: the trivial
+// pipeline yields ~100 000 times a second). A long yield during which this process got
+// less CPU time than the yield lasted had not even the yielder's own core: another
+// process ran there. It stops the wait point's yields for a while (its waiters spin,
+// then sleep). The pause doubles with every such yield soon after the last (from
+// min_quiet to max_quiet; the first yields after a pause probe whether the load is
+// gone), and starts again from min_quiet after a long stretch without one. (Measured:
+// the CPU time over the length of a long yield was below 0.25 for all of 2049 long
+// yields beside two busy loops, and 1.75-2.25 for 96% of them when the pipeline's own
+// CPU-bound stages shared the cores.) A limit: on many cores the process's other threads
+// can make up for the one core lost, and the yield is then taken for progress.
+// Thread-safety: any number of threads; the words are relaxed hints (a stale value costs
+// a yield, a syscall or a sleep, never correctness).
+// Where the process's CPU time can be read (metrics::process_cpu_ns() is 0 elsewhere).
+#if defined(__linux__)
+inline constexpr bool process_cpu_clock = true;
+#else
+inline constexpr bool process_cpu_clock = false;
+#endif
+
+class yield_policy {
+ public:
+  static constexpr auto long_yield = std::chrono::microseconds(1000);
+  static constexpr auto min_quiet = std::chrono::milliseconds(8);
+  static constexpr auto max_quiet = std::chrono::milliseconds(256);
+  // A lost yield this long after the last one starts the pause again from min_quiet.
+  static constexpr int forget_after_quiets = 4;
+
+  // True when a waiter may yield at `now`.
+  bool may_yield(wait_clock::time_point now) const noexcept {
+    return ns(now) >= quiet_until_.load(std::memory_order_relaxed);
+  }
+  // True when the next yield should be watched: the process's CPU time read around it.
+  bool watch() const noexcept { return watch_.load(std::memory_order_relaxed) > 0; }
+
+  // A yield that began at `from` and returned at `to`; cpu_ns: the process's CPU time
+  // during it when watched, else negative.
+  void yielded(wait_clock::time_point from, wait_clock::time_point to,
+               std::int64_t cpu_ns) noexcept {
+    const std::int64_t took = ns(to - from);
+    // Every long yield has the next watched_yields yields watched: under load short
+    // yields come between the long ones (nothing else was runnable on the core then).
+    const std::int32_t watch = watch_.load(std::memory_order_relaxed);
+    if (took >= ns(long_yield)) {
+      watch_.store(watched_yields, std::memory_order_relaxed);
+    } else {
+      if (cpu_ns >= 0 && watch > 0) watch_.store(watch - 1, std::memory_order_relaxed);
+      return;
+    }
+    if (cpu_ns < 0) return;  // not watched: the next ones are
+    if (cpu_ns >= took) return;  // this process had the core: the yield was progress
+    const std::int64_t end = ns(to);
+    const std::int64_t quiet = quiet_ns_.load(std::memory_order_relaxed);
+    const std::int64_t last = last_lost_.load(std::memory_order_relaxed);
+    const std::int64_t next = end - last > forget_after_quiets * quiet
+                                  ? ns(min_quiet)
+                                  : std::min(2 * quiet, ns(max_quiet));
+    quiet_ns_.store(next, std::memory_order_relaxed);
+    last_lost_.store(end, std::memory_order_relaxed);
+    quiet_until_.store(end + next, std::memory_order_relaxed);
+  }
+
+ private:
+  static std::int64_t ns(wait_clock::duration d) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  }
+  static std::int64_t ns(wait_clock::time_point t) noexcept { return ns(t.time_since_epoch()); }
+
+  static constexpr std::int32_t watched_yields = 8;
+  std::atomic<std::int32_t> watch_{0};        // yields still to watch
+  std::atomic<std::int64_t> quiet_ns_{0};     // the last pause
+  std::atomic<std::int64_t> last_lost_{0};    // steady-clock time of the last lost yield
+  std::atomic<std::int64_t> quiet_until_{0};  // no yields before this steady-clock time
+};
+
 class wait_point {
  public:
   // Blocks until pred() holds. pred reads only atomics the notifier publishes before
@@ -183,7 +268,8 @@ class wait_point {
     // or is slow), so the limit decays and waiters yield or sleep sooner instead of
     // stealing the core the worker needs. Deciding on the tail, not on the
     // typical wait, keeps both sides of a busy ring out of the sleep path (each trip
-    // through it costs a membarrier here and a futex wake at the notifier).
+    // through it costs a membarrier here and a futex wake at the notifier). The yields
+    // stop for a while where they hand time slices to other processes (yield_policy).
     // relaxed: spin_limit_ is a heuristic hint; a stale value costs time, never correctness.
     if (pred()) return true;
     const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
@@ -211,13 +297,20 @@ class wait_point {
           std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
     };
     wait_clock::time_point before_yield = spun;
-    for (int i = 0; i < 4; ++i) {  // let a thread sharing this core make progress first
+    // Let a thread sharing this core make progress first, unless yields have been
+    // giving whole time slices away (see yield_policy).
+    const int yields = yields_.may_yield(spun) ? 4 : 0;
+    for (int i = 0; i < yields; ++i) {
       if (deadline && before_yield >= *deadline) {
         slow_ended(before_yield);
         return pred();
       }
-      std::this_thread::yield();  // on a busy core: a whole time slice of another thread
+      const std::int64_t cpu_before =
+          process_cpu_clock && yields_.watch() ? metrics::process_cpu_ns() : -1;
+      std::this_thread::yield();
       const wait_clock::time_point after_yield = wait_clock::now();
+      yields_.yielded(before_yield, after_yield,
+                      cpu_before < 0 ? -1 : metrics::process_cpu_ns() - cpu_before);
       if (pred()) {
         // A yield that returned at once (nothing else wanted this core) means the other
         // side ran elsewhere and was about to deliver: a longer spin would have paid. One
@@ -231,6 +324,7 @@ class wait_point {
         slow_ended(after_yield);
         return true;
       }
+      if (!yields_.may_yield(after_yield)) break;  // that one was lost: sleep now
       before_yield = after_yield;
     }
     for (;;) {
@@ -299,6 +393,7 @@ class wait_point {
   const bool asymmetric_ = use_asymmetric_barrier();
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> spin_limit_{256};
+  yield_policy yields_;
 };
 
 }  // namespace conveyor::detail
