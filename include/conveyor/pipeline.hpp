@@ -36,6 +36,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -185,6 +186,40 @@ std::size_t input_poppers(const gpu_stage<R, IE, OE, SI, C, SO>& s) {
 }
 template <class F>
 std::size_t input_poppers(const sink_stage<F>& s) { return s.workers(); }
+
+// An ordered map with several workers may run on lanes (detail/link.hpp): each worker
+// its own lane in and out, when the stages on both sides deal and take items in order.
+template <class Stage>
+std::size_t lane_workers(const Stage&) { return 0; }
+template <class F>
+std::size_t lane_workers(const map_stage<F>& s) {
+  return s.is_ordered() && s.workers() > 1 ? s.workers() : 0;
+}
+
+// Which stages run on lanes: lanes[i] = workers of stage i if it does, else 0. A
+// candidate needs the stage before it to push in order from one thread (or to run on
+// lanes itself) and the one after it to pop from one thread (or to run on lanes; the
+// last stage of a service hands its results to one thread). Dropping a candidate can
+// only drop its neighbours, so the first pass that drops none is the answer.
+template <std::size_t N>
+std::array<std::size_t, N> plan_lanes(const std::array<std::size_t, N>& candidates,
+                                      const std::array<std::size_t, N>& pushers,
+                                      const std::array<std::size_t, N>& poppers) {
+  std::array<std::size_t, N> lanes = candidates;
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    for (std::size_t i = 0; i < N; ++i) {
+      if (lanes[i] == 0) continue;
+      const bool before = i > 0 && (lanes[i - 1] != 0 || pushers[i - 1] == 1);
+      const bool after = i + 1 == N || lanes[i + 1] != 0 || poppers[i + 1] == 1;
+      if (!before || !after) {
+        lanes[i] = 0;
+        dropped = true;
+      }
+    }
+  }
+  return lanes;
+}
 
 }  // namespace detail
 
@@ -560,13 +595,31 @@ class pipeline<chain<Bound...>> {
     // Ring I runs from stage I to stage I + 1 (or to the result node of a service).
     template <std::size_t I>
     static detail::ring_ends ring_ends(const stages_t& s) {
+      const auto lanes = plan_lanes(s);
       detail::ring_ends e;
-      e.pushers = detail::output_pushers(std::get<I>(s).stage);
+      e.pushers = lanes[I] != 0 ? lanes[I] : detail::output_pushers(std::get<I>(s).stage);
       if constexpr (I + 1 < n_stages)
-        e.poppers = detail::input_poppers(std::get<I + 1>(s).stage);
+        e.poppers = lanes[I + 1] != 0 ? lanes[I + 1] : detail::input_poppers(std::get<I + 1>(s).stage);
       else
         e.poppers = 1;  // the result node's one thread
+      e.lanes = lanes[I] != 0 || (I + 1 < n_stages && lanes[I + 1] != 0);
       return e;
+    }
+    static std::array<std::size_t, n_stages> plan_lanes(const stages_t& s) {
+      std::array<std::size_t, n_stages> candidates{}, pushers{}, poppers{};
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (
+            [&] {
+              const auto& stage = std::get<I>(s).stage;
+              candidates[I] = detail::lane_workers(stage);
+              if constexpr (requires { detail::output_pushers(stage); })
+                pushers[I] = detail::output_pushers(stage);
+              if constexpr (requires { detail::input_poppers(stage); })
+                poppers[I] = detail::input_poppers(stage);
+            }(),
+            ...);
+      }(std::make_index_sequence<n_stages>{});
+      return detail::plan_lanes(candidates, pushers, poppers);
     }
     static void check_options(const pipeline_options& o) {
       CONVEYOR_EXPECTS(!o.progress || o.metrics,
@@ -743,7 +796,7 @@ class pipeline<chain<Bound...>> {
     (
         [&] {
           auto& ring = *std::get<I>(state_->rings);
-          while (auto e = ring.try_pop()) state_->ctl.cancel(e->items());
+          while (auto e = ring.take_any()) state_->ctl.cancel(e->items());
         }(),
         ...);
   }

@@ -5,14 +5,17 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <future>
 #include <numeric>
 #include <random>
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "test_support.hpp"
@@ -91,36 +94,73 @@ TEST_CASE("pipeline: source -> parallel ordered maps -> sink keeps input order")
   REQUIRE(in_order);
 }
 
-TEST_CASE("pipeline: an ordered map's workers run a ring's depth ahead of a stalled one") {
-  // Item 0 stalls its worker (as a preempted thread would) until the other worker has
-  // started `ahead` items. The reorder window is the input ring's capacity, so the other
-  // worker gets to capacity - 1 items and no further: the stage never holds more.
-  constexpr std::size_t capacity = 256;
-  constexpr std::uint64_t ahead = capacity - 1;
+namespace {
+
+// An ordered map of 2 workers whose item 0 stalls its worker (as a preempted thread
+// would) until the other worker has started `ahead` items, then stays stalled 20 ms
+// more. Records how many items the others had started at both moments.
+struct stall_probe {
+  std::uint64_t ahead;
   std::atomic<std::uint64_t> started_others{0};
   std::atomic<std::uint64_t> seen_while_stalled{0};
   std::atomic<std::uint64_t> max_while_stalled{0};
-  pipeline p{from_range(std::views::iota(std::uint64_t{0}, std::uint64_t{4 * capacity})) |
-                 map([&](std::uint64_t x) {
-                   if (x != 0) {
-                     started_others.fetch_add(1);
-                     return x;
-                   }
-                   // A safety deadline only: the assertion is on the count reached.
-                   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-                   while (started_others.load() < ahead && std::chrono::steady_clock::now() < give_up)
-                     std::this_thread::yield();
-                   seen_while_stalled.store(started_others.load());
-                   // Stay stalled a little longer: the window must hold the other worker.
-                   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-                   max_while_stalled.store(started_others.load());
-                   return x;
-                 }).workers(2).ordered() |
-                 sink([](std::uint64_t) {}),
-             pipeline_options{.ring_capacity = capacity}};
-  require_conserved(p.run());
-  CHECK(seen_while_stalled.load() == ahead);
-  CHECK(max_while_stalled.load() == ahead);
+
+  auto stage() {
+    return map([this](std::uint64_t x) {
+             if (x != 0) {
+               started_others.fetch_add(1);
+               return x;
+             }
+             // A safety deadline only: the assertions are on the counts reached.
+             const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+             while (started_others.load() < ahead && std::chrono::steady_clock::now() < give_up)
+               std::this_thread::yield();
+             seen_while_stalled.store(started_others.load());
+             // Stay stalled a little longer: the window must hold the other worker.
+             std::this_thread::sleep_for(std::chrono::milliseconds(20));
+             max_while_stalled.store(started_others.load());
+             return x;
+           })
+        .workers(2)
+        .ordered();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipeline: an ordered map's workers run a ring's depth ahead of a stalled one") {
+  SECTION("reorder window (items submitted: any thread may push, so no lanes)") {
+    // The reorder window is the input ring's capacity (a service's: 1024), so the other
+    // worker gets to capacity - 1 items and no further: the stage never holds more.
+    constexpr std::uint64_t capacity = 1024;
+    stall_probe probe{capacity - 1};
+    pipeline svc{input<std::uint64_t>() | probe.stage()};
+    svc.start();
+    std::vector<std::future<std::uint64_t>> results;
+    std::thread feeder{[&] {
+      // Submits block while every ticket is taken (one per item in flight).
+      for (std::uint64_t i = 0; i < 4 * capacity; ++i) results.push_back(svc.submit(i));
+    }};
+    feeder.join();
+    require_conserved(svc.stop(stop_mode::drain));
+    for (std::uint64_t i = 0; i < results.size(); ++i) REQUIRE(results[i].get() == i);
+    CHECK(probe.seen_while_stalled.load() == capacity - 1);
+    CHECK(probe.max_while_stalled.load() == capacity - 1);
+  }
+  SECTION("lanes (a source before, a sink after: each worker its own lanes)") {
+    // Each lane holds a ring's capacity. Worker 0 stalls on item 0: its input lane fills
+    // with the next `capacity` even items, then the source blocks; worker 1 gets the odd
+    // items up to there (capacity + 1 of them) and pushes all but the last into its
+    // output lane (the sink waits for item 0), so it starts exactly capacity + 1 items.
+    constexpr std::uint64_t capacity = 256;
+    stall_probe probe{capacity - 1};
+    pipeline p{from_range(std::views::iota(std::uint64_t{0}, std::uint64_t{4 * capacity})) |
+                   probe.stage() | sink([](std::uint64_t) {}),
+               pipeline_options{.ring_capacity = capacity}};
+    require_conserved(p.run());
+    CHECK(probe.seen_while_stalled.load() >= capacity - 1);
+    CHECK(probe.max_while_stalled.load() == capacity + 1);
+  }
 }
 
 TEST_CASE("pipeline: unordered parallel map delivers every item exactly once") {
@@ -647,6 +687,128 @@ TEST_CASE("pipeline: a hop is an SPSC ring exactly when one thread pushes and on
     REQUIRE_FALSE(l.pop().has_value());
     REQUIRE(l.closed());
   }
+}
+
+TEST_CASE("pipeline: ordered maps run on lanes exactly where both neighbours keep order") {
+  using detail::plan_lanes;
+  using lanes4 = std::array<std::size_t, 4>;
+  // source -> map x2 ordered -> map x3 ordered -> sink: both maps on lanes.
+  CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{1, 1, 1, 0}, lanes4{0, 2, 3, 1}) == lanes4{0, 2, 3, 0});
+  // The sink has 2 workers: the map before it cannot deal to them in order; then the one
+  // before that has a neighbour that pops with 3 threads, not on lanes: neither runs on
+  // lanes.
+  CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{1, 1, 1, 0}, lanes4{0, 2, 3, 2}) == lanes4{0, 0, 0, 0});
+  // A service's input is pushed by any thread: the first map keeps its reorder window, and
+  // its one emitter deals to the second.
+  CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{detail::any_threads, 1, 1, 0}, lanes4{0, 2, 3, 1}) ==
+        lanes4{0, 0, 3, 0});
+  // An unordered map of 2 (no candidate, pushes from 2 threads) before an ordered one.
+  CHECK(plan_lanes(lanes4{0, 0, 3, 0}, lanes4{1, 2, 1, 0}, lanes4{0, 2, 3, 1}) == lanes4{0, 0, 0, 0});
+  // A service's last stage hands its results to one thread.
+  using lanes2 = std::array<std::size_t, 2>;
+  CHECK(plan_lanes(lanes2{0, 4}, lanes2{1, 1}, lanes2{0, 4}) == lanes2{0, 4});
+}
+
+TEST_CASE("pipeline: a lanes link deals element n from pusher n % P to popper n % C") {
+  for (const auto& [P, C] : {std::pair<std::size_t, std::size_t>{1, 2}, {2, 1}, {2, 2}, {2, 3}, {3, 2}, {4, 6}}) {
+    CAPTURE(P, C);
+    detail::ring_link<std::uint64_t> l{4, {.pushers = P, .poppers = C, .lanes = true}};
+    REQUIRE(l.is_lanes());
+    const std::uint64_t n = 2 * P * C;  // every lane used gets at most 2: below capacity
+    // Pushers in turn, each pushing its own elements in order.
+    for (std::uint64_t i = 0; i < n; ++i) REQUIRE(l.port(i % P).try_push(std::uint64_t{i}));
+    REQUIRE(l.size_approx() == n);
+    // Poppers in turn: popper c's m-th element is c + m * C, with that position.
+    for (std::uint64_t i = 0; i < n; ++i) {
+      std::size_t pos = 99;
+      auto v = i % 2 ? l.port(i % C).try_pop(&pos) : l.port(i % C).pop(&pos);
+      REQUIRE(v == std::optional<std::uint64_t>{i});
+      REQUIRE(pos == i);
+    }
+    REQUIRE_FALSE(l.port(0).try_pop().has_value());
+    // Closing: each popper sees the end once its next lane is closed and drained; what
+    // is left in any lane is found by take_any() (as after a cancelled run).
+    if (P > 1) REQUIRE(l.port(P - 1).try_push(std::uint64_t{n + P - 1}));  // ran ahead
+    l.close();
+    REQUIRE(l.closed());
+    REQUIRE_FALSE(l.port(0).push(std::uint64_t{7}));
+    REQUIRE_FALSE(l.port(0).pop().has_value());  // its element n never came
+    if (P > 1) REQUIRE(l.take_any() == std::optional<std::uint64_t>{n + P - 1});
+    REQUIRE_FALSE(l.take_any().has_value());
+  }
+  // Only the lanes some element goes through are made: P == C is the diagonal.
+  CHECK(detail::ring_link<int>(8, {.pushers = 2, .poppers = 2, .lanes = true}).capacity() == 16);
+  CHECK(detail::ring_link<int>(8, {.pushers = 2, .poppers = 3, .lanes = true}).capacity() == 48);
+  CHECK(detail::ring_link<int>(8, {.pushers = 2, .poppers = 4, .lanes = true}).capacity() == 32);
+  // One thread on each side is an SPSC ring, lanes or not.
+  CHECK(detail::ring_link<int>(8, {.pushers = 1, .poppers = 1, .lanes = true}).is_spsc());
+}
+
+TEST_CASE("pipeline: a lanes link under P pushing and C popping threads keeps every order") {
+  for (const auto& [P, C] : {std::pair<std::size_t, std::size_t>{1, 3}, {3, 1}, {2, 2}, {2, 3}, {3, 2}}) {
+    CAPTURE(P, C);
+    const std::uint64_t n = t::scaled(300'000);
+    detail::ring_link<std::uint64_t> l{8, {.pushers = P, .poppers = C, .lanes = true}};  // small: often full
+    std::atomic<std::size_t> pushing{P};
+    std::atomic<std::uint64_t> refused{0};
+    std::vector<std::uint64_t> bad(C, 0), got(C, 0);
+    std::vector<std::thread> threads;
+    for (std::size_t p = 0; p < P; ++p)
+      threads.emplace_back([&, p] {
+        auto port = l.port(p);
+        for (std::uint64_t i = p; i < n; i += P) {
+          if (i % 3 == 0) {
+            while (!port.try_push(std::uint64_t{i})) std::this_thread::yield();
+          } else if (!port.push(std::uint64_t{i})) {
+            refused.fetch_add(1);  // Catch's assertions are for the test's thread only
+          }
+        }
+        if (pushing.fetch_sub(1) == 1) l.close();
+      });
+    for (std::size_t c = 0; c < C; ++c)
+      threads.emplace_back([&, c] {
+        auto port = l.port(c);
+        std::uint64_t expect = c;
+        std::size_t pos = 0;
+        while (auto v = port.pop(&pos)) {
+          bad[c] += *v != expect || pos != expect;
+          expect += C;
+          ++got[c];
+        }
+      });
+    for (auto& th : threads) th.join();
+    CHECK(refused.load() == 0);
+    CHECK(std::accumulate(bad.begin(), bad.end(), std::uint64_t{0}) == 0);
+    CHECK(std::accumulate(got.begin(), got.end(), std::uint64_t{0}) == n);
+    CHECK_FALSE(l.take_any().has_value());
+  }
+}
+
+TEST_CASE("pipeline: ordered maps of different widths on lanes keep input order") {
+  const std::uint64_t n = t::scaled(20000);
+  std::vector<std::uint64_t> got;
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+                 map([](std::uint64_t x) {
+                   random_pause(x);
+                   return x + 1;
+                 }).workers(2).ordered() |
+                 map([](std::uint64_t x) {
+                   random_pause(x + 7);
+                   return x * 3;
+                 }).workers(3).ordered() |
+                 map([](std::uint64_t x) { return x; }) |
+                 map([](std::uint64_t x) {
+                   random_pause(x + 13);
+                   return x - 1;
+                 }).workers(4).ordered() |
+                 batch(5) | unbatch() | sink([&](std::uint64_t x) { got.push_back(x); }),
+             pipeline_options{.ring_capacity = 16}};
+  const auto c = p.run();
+  require_conserved(c);
+  REQUIRE(got.size() == n);
+  bool in_order = true;
+  for (std::uint64_t i = 0; i < n; ++i) in_order &= got[i] == 3 * (i + 1) - 1;
+  REQUIRE(in_order);
 }
 
 TEST_CASE("pipeline: bad configuration fails at construction with what to change") {

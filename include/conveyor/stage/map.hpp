@@ -12,6 +12,14 @@
 // the oldest one still in flight. The window is the input ring's capacity (at least
 // 4 x workers + 60, rounded up to a power of two), so the stage may hold one ring's worth
 // of items besides its ring.
+// Where the stage before takes items in order from one thread (a source, a batch, a
+// one-worker map, or an ordered map on lanes itself) and the stage after pops from one
+// thread or is such a map, an ordered map runs on lanes instead (detail/link.hpp): item
+// n goes to worker n % workers through a ring of its own, and leaves through another,
+// so the order keeps itself with no shared write between the workers (the trivial
+// benchmark with 2 workers per map: 9 -> 16 M items/s). A worker then runs at most a
+// ring's capacity of items ahead of a stalled one, and each of its lanes holds up to the
+// ring's capacity.
 // Thread-safety: the function is called concurrently from all workers; it must be safe
 // for that (a pure function is).
 #pragma once
@@ -228,7 +236,9 @@ class map_node {
     // (more threads than cores), the others go on for a ring's worth of items, about
     // what one time slice gets through, instead of stopping a few dozen items later
     // and spinning on a core the preempted worker needs.
-    if (stage_.is_ordered() && stage_.workers() > 1) {
+    // On lanes (see detail/link.hpp: the pipeline chose them for both of this stage's
+    // rings) each worker has its own lane in and out, and the order keeps itself.
+    if (stage_.is_ordered() && stage_.workers() > 1 && !lanes_) {
       const std::size_t window =
           std::max(in_->capacity(), next_power_of_two(4 * stage_.workers() + 60));
       reorder_.emplace(window, out_, ctl_);
@@ -245,10 +255,35 @@ class map_node {
 
   void start(thread_group& threads) {
     live_.store(stats_.workers(), std::memory_order_relaxed);  // relaxed: before spawn
-    for (std::size_t w = 0; w < stats_.workers(); ++w) threads.spawn([this, w] { run(w); });
+    for (std::size_t w = 0; w < stats_.workers(); ++w)
+      threads.spawn([this, w] { lanes_ ? run_lanes(w) : run(w); });
   }
 
  private:
+  // A worker on its own lanes: pop, call, push, the loop of a one-worker stage.
+  void run_lanes(std::size_t w) noexcept {
+    ctl_.await_gate();
+    worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(),
+                       ring_name_.c_str()};
+    auto in = in_->port(w);
+    auto out = out_->port(w);
+    while (auto v = probe.pop(in)) {
+      probe.occupancy(in);
+      const std::uint64_t n = v->items();
+      if (ctl_.is_stopping()) {
+        ctl_.cancel(n);
+        break;
+      }
+      std::optional<out_type> r;
+      if (!apply(probe, *v, r)) break;
+      if (!probe.emplace(out, std::move(*r), v->meta, std::move(v->metas))) {
+        ctl_.cancel(n);
+        break;
+      }
+    }
+    leave();
+  }
+
   void run(std::size_t w) noexcept {
     ctl_.await_gate();
     worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(),
@@ -266,19 +301,8 @@ class map_node {
         break;
       }
       const std::uint64_t n = in->items();
-      // The result stays out of an envelope until it goes downstream: emplace() builds the
-      // envelope in the ring's slot (see worker_probe::emplace).
       std::optional<out_type> out;
-      try {
-        metrics::nvtx_range range{probe.span_name()};
-        out.emplace(stage_.function()(std::move(in->value)));
-      } catch (...) {
-        probe.busy();
-        ctl_.fail_current(stage_.name(), in->meta.seq, n);
-        break;
-      }
-      probe.work_done();
-      probe.items(n);
+      if (!apply(probe, *in, out)) break;
       if (ordered) {
         // Depositing may emit downstream, through this worker's probe.
         reorder_->deposit(pos, envelope<out_type>{std::move(*out), in->meta, std::move(in->metas)},
@@ -288,6 +312,31 @@ class map_node {
         break;
       }
     }
+    leave();
+  }
+
+  // Calls the function on one input into `out` and counts the work; false if it threw
+  // (the failure is recorded: the pipeline stops). The result stays out of an envelope
+  // until it goes downstream: emplace() builds the envelope in the ring's slot (see
+  // worker_probe::emplace). `out` is the caller's: an optional returned by value here
+  // was copied through the stack with a store-forwarding stall (perf: half of a trivial
+  // map's samples on that one load).
+  CONVEYOR_HOT_INLINE bool apply(worker_probe& probe, envelope<In>& in,
+                                 std::optional<out_type>& out) noexcept {
+    try {
+      metrics::nvtx_range range{probe.span_name()};
+      out.emplace(stage_.function()(std::move(in.value)));
+    } catch (...) {
+      probe.busy();
+      ctl_.fail_current(stage_.name(), in.meta.seq, in.items());
+      return false;
+    }
+    probe.work_done();
+    probe.items(in.items());
+    return true;
+  }
+
+  void leave() noexcept {
     // acq_rel: the last worker out closes the ring behind the stage, after every
     // worker's pushes (release by each, acquire by the last).
     if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) out_->close();
@@ -300,6 +349,7 @@ class map_node {
   metrics::stage_stats stats_;
   std::string ring_name_;                      // the trace counter of the input ring
   std::vector<metrics::trace_track*> tracks_;  // one per worker; nullptr: no trace
+  const bool lanes_ = in_->is_lanes() && stage_.workers() > 1;
   std::optional<reorder_buffer<out_type>> reorder_;
   std::atomic<std::size_t> live_{0};
 };

@@ -3,6 +3,8 @@
 //   detail::ring_link<envelope<int>> ring{1024, {.pushers = 1, .poppers = 1}};  // an spsc_ring
 //   detail::ring_link<envelope<int>> fan{1024, {.pushers = 1, .poppers = 3}};   // an mpmc_ring
 //   ring.push(std::move(e));  auto e = ring.pop();                       // either way
+//   detail::ring_link<envelope<int>> lanes{1024, {.pushers = 2, .poppers = 3, .lanes = true}};
+//   lanes.port(1).push(std::move(e));  auto e = lanes.port(2).pop();      // per thread
 //
 // A hop between stages is the whole per-item cost of a pipeline of cheap stages, and an
 // SPSC hop is several times cheaper than an MPMC one: no compare-and-swap on a shared
@@ -14,15 +16,35 @@
 // turns emitting under the reorder buffer's emitter flag, whose handover (release by one
 // emitter, acquire by the next) orders their pushes as spsc_ring requires.
 //
-// The choice is made once at construction; every call is one predictable branch.
+// Lanes: an ordered map with W workers does not need to share one ring among them and
+// restore the order behind them (an MPMC claim, a reorder slot and an emitter handover
+// per item, each a contended cache line: 3/4 of such a map's samples, perf). Where the
+// stage before it deals items in order (one pushing thread, or another such map) and the
+// stage after it takes them in order (one popping thread, or another such map), the hop
+// is ends{P, C, .lanes = true}: P x C spsc_rings, and element n (counted from 0 over
+// the hop) goes from pusher n % P to popper n % C through lane (n % P, n % C). Each end
+// keeps its own count, so each knows its next lane, and the order survives any number
+// of workers on either side with no shared write at all. Each thread of such a side
+// uses its own end: port(i). Progress: the oldest element not yet popped is never
+// stuck behind a full lane (every element its pusher pushed before it to that lane is
+// older, hence popped), so bounded lanes cannot deadlock. Each lane has the link's
+// capacity (a worker may run a lane ahead of a stalled one); only lanes some n uses are
+// made (p == c mod gcd(P, C): the diagonal where P == C).
+//
+// The choice is made once at construction; every call is one predictable branch (two
+// for the lanes).
 //
 // Thread-safety: as the ring chosen: with ends{1, 1} one pushing and one popping thread
-// at a time (happens-before ordered if they change); otherwise any threads. close(),
-// closed(), capacity() and size_approx() from any thread.
+// at a time (happens-before ordered if they change); with lanes the same for each end
+// (port) of either side; otherwise any threads. close(), closed(), capacity(),
+// size_approx() from any thread; take_any() only once no thread pushes or pops.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
+#include <numeric>
+#include <vector>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -33,14 +55,19 @@
 namespace conveyor::detail {
 
 // How many threads may push to / pop from one ring at the same time.
+// With lanes: pushers and poppers are the threads of each side, each with its own end.
 struct ring_ends {
   std::size_t pushers = 1;
   std::size_t poppers = 1;
+  bool lanes = false;
   bool single() const noexcept { return pushers == 1 && poppers == 1; }
 };
 
 // Threads that push or pop concurrently "without limit" (e.g. submit() callers).
 inline constexpr std::size_t any_threads = ~std::size_t{0};
+
+template <class T>
+class ring_port;
 
 template <class T>
 class ring_link {
@@ -49,61 +76,238 @@ class ring_link {
 
   // @throws config_error unless capacity is a power of two in [2, 2^30].
   ring_link(std::size_t capacity, ring_ends ends) {
-    if (ends.single())
+    if (ends.lanes && !ends.single())
+      lanes_ = std::make_unique<lane_set>(capacity, ends.pushers, ends.poppers);
+    else if (ends.single())
       spsc_.emplace(capacity);
     else
       mpmc_.emplace(capacity);
   }
 
   bool is_spsc() const noexcept { return spsc_.has_value(); }
+  bool is_lanes() const noexcept { return lanes_ != nullptr; }
+
+  // End i of the side that has several threads, for that thread alone (with lanes; on
+  // other links every port is the link itself). The plain calls below are port 0's.
+  ring_port<T> port(std::size_t i) noexcept { return ring_port<T>(this, i); }
 
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? spsc_->try_push(std::move(v)) : mpmc_->try_push(std::move(v));
+    if (spsc_) return spsc_->try_push(std::move(v));
+    if (mpmc_) return mpmc_->try_push(std::move(v));
+    return lanes_->try_push(0, std::move(v));
   }
   // As try_push(T(args...)), constructed in the ring's slot (see spsc_ring::try_emplace).
   template <class... Args>
     requires std::is_nothrow_constructible_v<T, Args&&...>
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
-    return spsc_ ? spsc_->try_emplace(std::forward<Args>(args)...)
-                 : mpmc_->try_emplace(std::forward<Args>(args)...);
+    if (spsc_) return spsc_->try_emplace(std::forward<Args>(args)...);
+    if (mpmc_) return mpmc_->try_emplace(std::forward<Args>(args)...);
+    return lanes_->try_emplace(0, std::forward<Args>(args)...);
   }
   // Blocks while full; false (v dropped) once closed. With timing: adds what its waits
   // cost to *timing (see detail::wait_timing).
   CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? ring_access::push(*spsc_, std::move(v), timing)
-                 : ring_access::push(*mpmc_, std::move(v), timing);
+    if (spsc_) return ring_access::push(*spsc_, std::move(v), timing);
+    if (mpmc_) return ring_access::push(*mpmc_, std::move(v), timing);
+    return lanes_->push(0, std::move(v), timing);
   }
   // position: how many elements were pushed before this one (see mpmc_ring::try_pop).
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? ring_access::take(*spsc_, position) : mpmc_->try_pop(position);
+    if (spsc_) return ring_access::take(*spsc_, position);
+    if (mpmc_) return mpmc_->try_pop(position);
+    return lanes_->try_pop(0, position);
   }
   // Blocks while empty; nullopt only when closed and drained. With timing: adds what its
   // waits cost to *timing (see detail::wait_timing).
   CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr,
                                            wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? ring_access::pop(*spsc_, position, timing)
-                 : ring_access::pop(*mpmc_, position, timing);
+    if (spsc_) return ring_access::pop(*spsc_, position, timing);
+    if (mpmc_) return ring_access::pop(*mpmc_, position, timing);
+    return lanes_->pop(0, position, timing);
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    return spsc_ ? spsc_->pop_until(deadline) : mpmc_->pop_until(deadline);
+    if (spsc_) return spsc_->pop_until(deadline);
+    if (mpmc_) return mpmc_->pop_until(deadline);
+    return lanes_->pop_until(0, deadline);
+  }
+  // Once no thread pushes or pops (after join): any element left, from any lane.
+  std::optional<T> take_any() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    if (spsc_) return spsc_->try_pop();
+    if (mpmc_) return mpmc_->try_pop();
+    for (auto& lane : lanes_->rings)
+      if (lane)
+        if (auto v = lane->try_pop()) return v;
+    return std::nullopt;
   }
 
-  void close() noexcept { spsc_ ? spsc_->close() : mpmc_->close(); }
-  bool closed() const noexcept { return spsc_ ? spsc_->closed() : mpmc_->closed(); }
-  std::size_t capacity() const noexcept { return spsc_ ? spsc_->capacity() : mpmc_->capacity(); }
+  void close() noexcept {
+    if (spsc_) return spsc_->close();
+    if (mpmc_) return mpmc_->close();
+    for (auto& lane : lanes_->rings)
+      if (lane) lane->close();
+  }
+  bool closed() const noexcept {
+    if (spsc_) return spsc_->closed();
+    if (mpmc_) return mpmc_->closed();
+    return lanes_->rings.front()->closed();  // lane (0, 0) is always made
+  }
+  // With lanes: of all lanes together.
+  std::size_t capacity() const noexcept {
+    if (spsc_) return spsc_->capacity();
+    if (mpmc_) return mpmc_->capacity();
+    std::size_t n = 0;
+    for (const auto& lane : lanes_->rings)
+      if (lane) n += lane->capacity();
+    return n;
+  }
   std::size_t size_approx() const noexcept {
-    return spsc_ ? spsc_->size_approx() : mpmc_->size_approx();
+    if (spsc_) return spsc_->size_approx();
+    if (mpmc_) return mpmc_->size_approx();
+    std::size_t n = 0;
+    for (const auto& lane : lanes_->rings)
+      if (lane) n += lane->size_approx();
+    return n;
   }
 
  private:
+  friend class ring_port<T>;
+
+  // The lanes and each end's count. Pusher p's m-th element is n = p + m * P, so its lane
+  // is (p, n % C), and n % C advances by P % C per element; likewise popper c's m-th is
+  // n = c + m * C, from lane (n % P, c). Each end is written by its own thread only.
+  struct lane_set {
+    lane_set(std::size_t capacity, std::size_t pushers, std::size_t poppers)
+        : P(pushers), C(poppers), push_step(pushers % poppers), pop_step(poppers % pushers),
+          rings(pushers * poppers), pushed(pushers), popped(poppers) {
+      const std::size_t g = std::gcd(P, C);
+      for (std::size_t p = 0; p < P; ++p)
+        for (std::size_t c = 0; c < C; ++c)
+          if (p % g == c % g) rings[p * C + c] = std::make_unique<spsc_ring<T>>(capacity);
+      for (std::size_t p = 0; p < P; ++p) pushed[p].lane = p % C;
+      for (std::size_t c = 0; c < C; ++c) {
+        popped[c].lane = c % P;
+        popped[c].n = c;
+      }
+    }
+
+    struct alignas(cache_line_size) end_state {
+      std::size_t lane = 0;  // the other side's index of the next element's lane
+      std::size_t n = 0;     // poppers: the next element's number over the hop
+    };
+
+    spsc_ring<T>& push_lane(std::size_t p) noexcept { return *rings[p * C + pushed[p].lane]; }
+    spsc_ring<T>& pop_lane(std::size_t c) noexcept { return *rings[popped[c].lane * C + c]; }
+    void pushed_one(std::size_t p) noexcept { pushed[p].lane = advance(pushed[p].lane, push_step, C); }
+    void popped_one(std::size_t c, std::size_t* position) noexcept {
+      end_state& e = popped[c];
+      if (position) *position = e.n;
+      e.n += C;
+      e.lane = advance(e.lane, pop_step, P);
+    }
+    static std::size_t advance(std::size_t i, std::size_t step, std::size_t n) noexcept {
+      i += step;
+      return i >= n ? i - n : i;
+    }
+
+    bool try_push(std::size_t p, T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+      if (!push_lane(p).try_push(std::move(v))) return false;
+      pushed_one(p);
+      return true;
+    }
+    template <class... Args>
+    bool try_emplace(std::size_t p, Args&&... args) noexcept {
+      if (!push_lane(p).try_emplace(std::forward<Args>(args)...)) return false;
+      pushed_one(p);
+      return true;
+    }
+    bool push(std::size_t p, T&& v, wait_timing* timing) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      if (!ring_access::push(push_lane(p), std::move(v), timing)) return false;
+      pushed_one(p);
+      return true;
+    }
+    std::optional<T> try_pop(std::size_t c, std::size_t* position) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      auto v = ring_access::take(pop_lane(c), nullptr);
+      if (v) popped_one(c, position);
+      return v;
+    }
+    // nullopt: the lane of this popper's next element is closed and drained. The
+    // element does not exist then: its pusher has pushed everything it will.
+    std::optional<T> pop(std::size_t c, std::size_t* position, wait_timing* timing) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      auto v = ring_access::pop(pop_lane(c), nullptr, timing);
+      if (v) popped_one(c, position);
+      return v;
+    }
+    std::optional<T> pop_until(std::size_t c, std::chrono::steady_clock::time_point deadline) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      auto v = pop_lane(c).pop_until(deadline);
+      if (v) popped_one(c, nullptr);
+      return v;
+    }
+
+    const std::size_t P, C, push_step, pop_step;
+    std::vector<std::unique_ptr<spsc_ring<T>>> rings;  // lane (p, c) at p * C + c; null: unused
+    std::vector<end_state> pushed, popped;
+  };
+
   // Exactly one is engaged, for the object's whole life.
   std::optional<spsc_ring<T>> spsc_;
   std::optional<mpmc_ring<T>> mpmc_;
+  std::unique_ptr<lane_set> lanes_;
+};
+
+// One thread's end of a ring_link: with lanes, the pusher or popper `index` of its side;
+// on any other link, the link itself. Has the calls a stage makes on its rings, so a
+// stage's worker can hand it to its probe in place of the link.
+template <class T>
+class ring_port {
+ public:
+  using value_type = T;
+
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (auto* lanes = l_->lanes_.get()) return lanes->try_push(i_, std::move(v));
+    return l_->spsc_ ? l_->spsc_->try_push(std::move(v)) : l_->mpmc_->try_push(std::move(v));
+  }
+  template <class... Args>
+    requires std::is_nothrow_constructible_v<T, Args&&...>
+  [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
+    if (auto* lanes = l_->lanes_.get()) return lanes->try_emplace(i_, std::forward<Args>(args)...);
+    return l_->spsc_ ? l_->spsc_->try_emplace(std::forward<Args>(args)...)
+                     : l_->mpmc_->try_emplace(std::forward<Args>(args)...);
+  }
+  CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (auto* lanes = l_->lanes_.get()) return lanes->push(i_, std::move(v), timing);
+    return l_->spsc_ ? ring_access::push(*l_->spsc_, std::move(v), timing)
+                     : ring_access::push(*l_->mpmc_, std::move(v), timing);
+  }
+  CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (auto* lanes = l_->lanes_.get()) return lanes->try_pop(i_, position);
+    return l_->spsc_ ? ring_access::take(*l_->spsc_, position) : l_->mpmc_->try_pop(position);
+  }
+  CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr,
+                                           wait_timing* timing = nullptr) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (auto* lanes = l_->lanes_.get()) return lanes->pop(i_, position, timing);
+    return l_->spsc_ ? ring_access::pop(*l_->spsc_, position, timing)
+                     : ring_access::pop(*l_->mpmc_, position, timing);
+  }
+  std::size_t size_approx() const noexcept { return l_->size_approx(); }
+
+ private:
+  friend class ring_link<T>;
+  ring_port(ring_link<T>* l, std::size_t i) noexcept : l_(l), i_(i) {}
+  ring_link<T>* l_;
+  std::size_t i_;
 };
 
 }  // namespace conveyor::detail
