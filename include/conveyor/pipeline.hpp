@@ -86,7 +86,10 @@ enum class thread_placement {
 };
 
 struct pipeline_options {
-  std::size_t ring_capacity = 1024;  // every ring between two stages (power of two)
+  // Every ring between two stages (power of two). An ordered map of W workers on lanes
+  // (stage/map.hpp) has one such ring per worker on each side (between maps of W and V
+  // workers: one per pair of workers that items pass between, up to W x V).
+  std::size_t ring_capacity = 1024;
   // Per-stage busy / starved / blocked time, ring occupancy, item latency and per-lane
   // H2D / compute / D2H time: a few clock reads per item and stage. false: only item
   // counts are kept (report() carries the counts and verdict_kind::unmeasured).

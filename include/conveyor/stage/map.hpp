@@ -17,7 +17,7 @@
 // thread or is such a map, an ordered map runs on lanes instead (detail/link.hpp): item
 // n goes to worker n % workers through a ring of its own, and leaves through another,
 // so the order keeps itself with no shared write between the workers (the trivial
-// benchmark with 2 workers per map: 9 -> 16 M items/s). A worker then runs at most a
+// benchmark with 2 workers per map: ~10 -> ~17 M items/s). A worker then runs about a
 // ring's capacity of items ahead of a stalled one, and each of its lanes holds up to the
 // ring's capacity.
 // Thread-safety: the function is called concurrently from all workers; it must be safe
