@@ -93,41 +93,31 @@ class ring_link {
 
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (spsc_) return spsc_->try_push(std::move(v));
-    if (mpmc_) return mpmc_->try_push(std::move(v));
-    return lanes_->try_push(0, std::move(v));
+    return try_push_at(0, std::move(v));
   }
   // As try_push(T(args...)), constructed in the ring's slot (see spsc_ring::try_emplace).
   template <class... Args>
     requires std::is_nothrow_constructible_v<T, Args&&...>
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
-    if (spsc_) return spsc_->try_emplace(std::forward<Args>(args)...);
-    if (mpmc_) return mpmc_->try_emplace(std::forward<Args>(args)...);
-    return lanes_->try_emplace(0, std::forward<Args>(args)...);
+    return try_emplace_at(0, std::forward<Args>(args)...);
   }
   // Blocks while full; false (v dropped) once closed. With timing: adds what its waits
   // cost to *timing (see detail::wait_timing).
   CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (spsc_) return ring_access::push(*spsc_, std::move(v), timing);
-    if (mpmc_) return ring_access::push(*mpmc_, std::move(v), timing);
-    return lanes_->push(0, std::move(v), timing);
+    return push_at(0, std::move(v), timing);
   }
   // position: how many elements were pushed before this one (see mpmc_ring::try_pop).
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (spsc_) return ring_access::take(*spsc_, position);
-    if (mpmc_) return mpmc_->try_pop(position);
-    return lanes_->try_pop(0, position);
+    return try_pop_at(0, position);
   }
   // Blocks while empty; nullopt only when closed and drained. With timing: adds what its
   // waits cost to *timing (see detail::wait_timing).
   CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr,
                                            wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (spsc_) return ring_access::pop(*spsc_, position, timing);
-    if (mpmc_) return ring_access::pop(*mpmc_, position, timing);
-    return lanes_->pop(0, position, timing);
+    return pop_at(0, position, timing);
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
@@ -176,6 +166,39 @@ class ring_link {
 
  private:
   friend class ring_port<T>;
+
+  // The calls of end `end` (a port): with lanes, that end's lane; else the one ring.
+  CONVEYOR_HOT_INLINE bool try_push_at(std::size_t end, T&& v) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (spsc_) return spsc_->try_push(std::move(v));
+    if (mpmc_) return mpmc_->try_push(std::move(v));
+    return lanes_->try_push(end, std::move(v));
+  }
+  template <class... Args>
+  CONVEYOR_HOT_INLINE bool try_emplace_at(std::size_t end, Args&&... args) noexcept {
+    if (spsc_) return spsc_->try_emplace(std::forward<Args>(args)...);
+    if (mpmc_) return mpmc_->try_emplace(std::forward<Args>(args)...);
+    return lanes_->try_emplace(end, std::forward<Args>(args)...);
+  }
+  CONVEYOR_HOT_INLINE bool push_at(std::size_t end, T&& v, wait_timing* timing) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (spsc_) return ring_access::push(*spsc_, std::move(v), timing);
+    if (mpmc_) return ring_access::push(*mpmc_, std::move(v), timing);
+    return lanes_->push(end, std::move(v), timing);
+  }
+  CONVEYOR_HOT_INLINE std::optional<T> try_pop_at(std::size_t end, std::size_t* position) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (spsc_) return ring_access::take(*spsc_, position);
+    if (mpmc_) return mpmc_->try_pop(position);
+    return lanes_->try_pop(end, position);
+  }
+  CONVEYOR_HOT_INLINE std::optional<T> pop_at(std::size_t end, std::size_t* position,
+                                              wait_timing* timing) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    if (spsc_) return ring_access::pop(*spsc_, position, timing);
+    if (mpmc_) return ring_access::pop(*mpmc_, position, timing);
+    return lanes_->pop(end, position, timing);
+  }
 
   // The lanes and each end's count. Pusher p's m-th element is n = p + m * P, so its lane
   // is (p, n % C), and n % C advances by P % C per element; likewise popper c's m-th is
@@ -273,33 +296,25 @@ class ring_port {
 
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (auto* lanes = l_->lanes_.get()) return lanes->try_push(i_, std::move(v));
-    return l_->spsc_ ? l_->spsc_->try_push(std::move(v)) : l_->mpmc_->try_push(std::move(v));
+    return l_->try_push_at(i_, std::move(v));
   }
   template <class... Args>
     requires std::is_nothrow_constructible_v<T, Args&&...>
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
-    if (auto* lanes = l_->lanes_.get()) return lanes->try_emplace(i_, std::forward<Args>(args)...);
-    return l_->spsc_ ? l_->spsc_->try_emplace(std::forward<Args>(args)...)
-                     : l_->mpmc_->try_emplace(std::forward<Args>(args)...);
+    return l_->try_emplace_at(i_, std::forward<Args>(args)...);
   }
   CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (auto* lanes = l_->lanes_.get()) return lanes->push(i_, std::move(v), timing);
-    return l_->spsc_ ? ring_access::push(*l_->spsc_, std::move(v), timing)
-                     : ring_access::push(*l_->mpmc_, std::move(v), timing);
+    return l_->push_at(i_, std::move(v), timing);
   }
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (auto* lanes = l_->lanes_.get()) return lanes->try_pop(i_, position);
-    return l_->spsc_ ? ring_access::take(*l_->spsc_, position) : l_->mpmc_->try_pop(position);
+    return l_->try_pop_at(i_, position);
   }
   CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr,
                                            wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (auto* lanes = l_->lanes_.get()) return lanes->pop(i_, position, timing);
-    return l_->spsc_ ? ring_access::pop(*l_->spsc_, position, timing)
-                     : ring_access::pop(*l_->mpmc_, position, timing);
+    return l_->pop_at(i_, position, timing);
   }
   std::size_t size_approx() const noexcept { return l_->size_approx(); }
 
