@@ -592,13 +592,15 @@ class pipeline<chain<Bound...>> {
     static rings_t make_rings(const pipeline_options& o, const stages_t& s,
                               std::index_sequence<I...>) {
       detail::check_ring_capacity("pipeline ring", o.ring_capacity);
+      const auto lanes = plan_lanes(s);
       return rings_t{std::make_unique<detail::link<out_t<I>>>(
-          I == 0 && service ? input_capacity() : o.ring_capacity, ring_ends<I>(s))...};
+          I == 0 && service ? input_capacity() : o.ring_capacity, ring_ends<I>(s, lanes))...};
     }
     // Ring I runs from stage I to stage I + 1 (or to the result node of a service).
+    // lanes: plan_lanes(s), planned once for all rings.
     template <std::size_t I>
-    static detail::ring_ends ring_ends(const stages_t& s) {
-      const auto lanes = plan_lanes(s);
+    static detail::ring_ends ring_ends(const stages_t& s,
+                                       const std::array<std::size_t, n_stages>& lanes) {
       detail::ring_ends e;
       e.pushers = lanes[I] != 0 ? lanes[I] : detail::output_pushers(std::get<I>(s).stage);
       if constexpr (I + 1 < n_stages)

@@ -130,6 +130,13 @@ struct wait_timing {
   std::int64_t end_ns = 0;   // steady clock at the end of the last slow path; 0: none
 };
 
+// Where the process's CPU time can be read (metrics::process_cpu_ns() is 0 elsewhere).
+#if defined(__linux__)
+inline constexpr bool process_cpu_clock = true;
+#else
+inline constexpr bool process_cpu_clock = false;
+#endif
+
 // Whether a waiter's yields pay on the cores it runs on, learned from what they took.
 // A yield hands the core to another runnable thread until that thread waits or its time
 // slice ends. Given to a thread of this process, that is progress: the trivial
@@ -147,18 +154,11 @@ struct wait_timing {
 // min_quiet to max_quiet; the first yields after a pause probe whether the load is
 // gone), and starts again from min_quiet after a long stretch without one. (Measured:
 // the CPU time over the length of a long yield was below 0.25 for all of 2049 long
-// yields beside two busy loops, and 1.75-2.25 for 96% of them when the pipeline's own
-// CPU-bound stages shared the cores.) A limit: on many cores the process's other threads
-// can make up for the one core lost, and the yield is then taken for progress.
+// yields beside two busy loops, and 1.75-2.25 for over 97% of them when the pipeline's
+// own CPU-bound stages shared the cores.) A limit: on many cores the process's other
+// threads can make up for the one core lost, and the yield is then taken for progress.
 // Thread-safety: any number of threads; the words are relaxed hints (a stale value costs
 // a yield, a syscall or a sleep, never correctness).
-// Where the process's CPU time can be read (metrics::process_cpu_ns() is 0 elsewhere).
-#if defined(__linux__)
-inline constexpr bool process_cpu_clock = true;
-#else
-inline constexpr bool process_cpu_clock = false;
-#endif
-
 class yield_policy {
  public:
   static constexpr auto long_yield = std::chrono::microseconds(1000);
