@@ -283,6 +283,63 @@ void hunt_lost_wakeups(bool symmetric_barrier) {
   detail::force_symmetric_barrier().store(false);
 }
 
+// Makes a wait point's waiters behave as under load from other processes: as if a yield
+// had just given away a whole time slice (a synthetic one that ends an hour from now, so
+// the pause lasts through the test). Its sleepers then accept batched wake-ups.
+inline void act_loaded(detail::wait_point& w) {
+  const auto now = std::chrono::steady_clock::now();
+  w.yields().yielded(now, now + std::chrono::hours(1), 0);
+  REQUIRE(w.yields().paused());
+}
+
+// The hunt above with batched wake-ups (what a ring does under load): both sides' sleepers
+// accept them and both threads put theirs off. Items must still all arrive, and a wake-up
+// put off by a thread that then neither pushes nor waits (a stage stuck in its own code)
+// must still reach the sleeper: the producer here, after a few pushes, waits for the
+// consumer to have taken them without touching the ring. A lost one hangs the round:
+// the CTest TIMEOUT turns that into a failure.
+template <template <class> class Ring>
+void hunt_lost_wakeups_batched() {
+  const std::size_t rounds = scaled(1000);
+  std::mt19937 rng{4242};
+  for (std::size_t round = 0; round < rounds; ++round) {
+    const std::size_t capacity = std::size_t{2} << (rng() % 4);
+    const int items = static_cast<int>(rng() % 40);
+    const unsigned pause_p = rng() % 4, pause_c = rng() % 4;
+    const int stall_at = items > 0 ? static_cast<int>(rng() % static_cast<unsigned>(items)) + 1 : 0;
+    Ring<int> ring{capacity};
+    detail::ring_access::batch_wakes(ring);  // as a pipeline's rings
+    act_loaded(detail::ring_access::not_empty(ring));
+    act_loaded(detail::ring_access::not_full(ring));
+    long sum = 0;
+    std::atomic<int> count{0};
+    std::thread consumer{[&] {
+      detail::wake_batching batching;
+      std::minstd_rand r{static_cast<unsigned>(round)};
+      while (auto v = ring.pop()) {
+        sum += *v;
+        count.fetch_add(1, std::memory_order_relaxed);
+        if (pause_c && r() % pause_c == 0) std::this_thread::yield();
+      }
+    }};
+    {
+      detail::wake_batching batching;
+      std::minstd_rand r{static_cast<unsigned>(round) + 1};
+      for (int i = 1; i <= items; ++i) {
+        REQUIRE(ring.push(int{i}));
+        if (pause_p && r() % pause_p == 0) std::this_thread::yield();
+        if (i == stall_at) {  // "in its own code": no push, no wait on a wait point
+          while (count.load(std::memory_order_relaxed) < i) std::this_thread::yield();
+        }
+      }
+      ring.close();
+    }
+    consumer.join();
+    REQUIRE(count.load() == items);
+    REQUIRE(sum == static_cast<long>(items) * (items + 1) / 2);
+  }
+}
+
 }  // namespace conveyor::test
 
 namespace conveyor::test {

@@ -49,6 +49,9 @@ TEST_CASE("mpmc_ring: lost-wakeup hunt, portable barrier") {
   t::hunt_lost_wakeups<mpmc_ring>(true);
 }
 
+TEST_CASE("mpmc_ring: lost-wakeup hunt, batched wake-ups under load") {
+  t::hunt_lost_wakeups_batched<mpmc_ring>();
+}
 TEST_CASE("mpmc_ring: lost-wakeup hunt, several consumers racing for the last elements") {
   // What the single-consumer hunt cannot reach: consumers that race each other for the
   // last elements while going to sleep and waking. (One such race: a consumer going to

@@ -46,6 +46,10 @@ TEST_CASE("spsc_ring: lost-wakeup hunt, portable barrier") {
   t::hunt_lost_wakeups<spsc_ring>(true);
 }
 
+TEST_CASE("spsc_ring: lost-wakeup hunt, batched wake-ups under load") {
+  t::hunt_lost_wakeups_batched<spsc_ring>();
+}
+
 TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
   const bool blocking = GENERATE(true, false);
   const std::size_t capacity = GENERATE(2u, 1024u);
@@ -188,6 +192,92 @@ TEST_CASE("yield_policy: lost yields pause yielding, progress and quiet bring it
   CHECK(watched > 0);
   CHECK(watched < 1000);
   CHECK(p.may_yield(t));
+}
+
+// Under load a sleeper accepts a batched wake-up: a notifier inside a wake_batching scope
+// puts it off until batch notifies have come, until it waits itself, or until its scope
+// ends; a notifier outside one, a close (notify_now), and a sleeper not under load are
+// woken at once. Counted in wake-ups (wakes()), which a backstop timeout does not change.
+TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
+  using conveyor::detail::wait_point;
+  using conveyor::detail::wake_batching;
+  if (!conveyor::detail::asymmetric_barrier_enabled()) {
+    WARN("no membarrier here: wake-ups are never put off, nothing to test");
+    return;
+  }
+  wait_point w;
+  w.batch_wakes(4);
+  std::atomic<bool> done{false};
+  std::atomic<int> returned{0};
+  t::act_loaded(w);
+  std::thread waiter{[&] {
+    w.wait([&] { return done.load(); });
+    returned.fetch_add(1);
+  }};
+  // Registered as a sleeper that accepts a batch (the flag stays set across backstops).
+  const auto asleep = [&](std::uint32_t how) {
+    for (int i = 0; i < 10'000 && w.sleepers() != how; ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    REQUIRE(w.sleepers() == how);
+  };
+  asleep(wait_point::batch_waiter);
+  std::uint32_t wakes = w.wakes();
+  {
+    wake_batching batching;
+    for (int i = 0; i < 3; ++i) w.notify();  // put off: 3 < 4
+    CHECK(w.wakes() == wakes);
+    w.notify();  // the 4th: now
+    CHECK(w.wakes() == ++wakes);
+    asleep(wait_point::batch_waiter);
+    w.notify();
+    CHECK(w.wakes() == wakes);
+  }  // the scope's end wakes what it put off
+  CHECK(w.wakes() == ++wakes);
+  asleep(wait_point::batch_waiter);
+  {
+    wake_batching batching;
+    w.notify();
+    CHECK(w.wakes() == wakes);
+    // This thread waits elsewhere (past the spin): what it put off is due first.
+    wait_point other;
+    CHECK_FALSE(other.wait_until([] { return false; },
+                                 std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
+    CHECK(w.wakes() == ++wakes);
+    asleep(wait_point::batch_waiter);
+    w.notify_now();  // never put off
+    CHECK(w.wakes() == ++wakes);
+  }
+  asleep(wait_point::batch_waiter);
+  w.notify();  // outside a wake_batching scope: at once
+  CHECK(w.wakes() == ++wakes);
+  asleep(wait_point::batch_waiter);
+  CHECK(returned.load() == 0);
+  done.store(true);
+  w.notify_now();
+  waiter.join();
+  CHECK(returned.load() == 1);
+
+  // A plain sleeper, woken at once even by a batching notifier: where the wait point is
+  // not under load, and where it does not batch (a ring the user made).
+  for (const bool loaded : {false, true}) {
+    wait_point plain;
+    if (!loaded) plain.batch_wakes(4);
+    if (loaded) t::act_loaded(plain);
+    done.store(false);
+    std::thread plain_waiter{[&] { plain.wait([&] { return done.load(); }); }};
+    for (int i = 0; i < 10'000 && plain.sleepers() != wait_point::plain_waiter; ++i)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    CAPTURE(loaded);
+    REQUIRE(plain.sleepers() == wait_point::plain_waiter);
+    {
+      wake_batching batching;
+      done.store(true);
+      const std::uint32_t before = plain.wakes();
+      plain.notify();
+      CHECK(plain.wakes() == before + 1);
+    }
+    plain_waiter.join();
+  }
 }
 
 // The consumer samples its input ring's size (a stage's occupancy counter). Right after

@@ -4,12 +4,18 @@
 //   threads.spawn([&] { work(); });    // a throw inside is the caller's job to catch
 //   threads.join();                    // also done by the destructor
 //
+// Each thread may put off the wake-ups of the rings it feeds while it runs (see
+// detail::wake_batching): the group is joined before those rings are destroyed.
+//
 // Thread-safety: spawn() and join() from one owning thread.
 #pragma once
 
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "conveyor/ring/detail/wait.hpp"
 
 namespace conveyor::detail {
 
@@ -22,7 +28,10 @@ class thread_group {
 
   template <class F>
   void spawn(F&& f) {
-    threads_.emplace_back(std::forward<F>(f));
+    threads_.emplace_back([f = std::decay_t<F>(std::forward<F>(f))]() mutable {
+      wake_batching batching;
+      f();
+    });
   }
 
   void join() noexcept {

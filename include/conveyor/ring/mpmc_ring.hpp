@@ -144,8 +144,8 @@ class mpmc_ring {
     // acq_rel: the RMW joins the modification order of enqueue_pos_ after every claim
     // that succeeded, so no claim can follow it; pairs with the acquire in closed().
     enqueue_pos_.fetch_or(closed_bit, std::memory_order_acq_rel);
-    not_empty_.notify();
-    not_full_.notify();
+    not_empty_.notify_now();
+    not_full_.notify_now();
   }
 
   bool closed() const noexcept {

@@ -129,8 +129,8 @@ class spsc_ring {
     // release: pairs with the acquire load in closed(); everything the closing thread
     // pushed before close() is visible to a consumer that sees the flag.
     closed_.store(true, std::memory_order_release);
-    not_empty_.notify();
-    not_full_.notify();
+    not_empty_.notify_now();
+    not_full_.notify_now();
   }
 
   bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "conveyor/config.hpp"
 #include "conveyor/ring/detail/wait.hpp"
@@ -37,6 +38,26 @@ struct ring_access {
   static bool push(Ring& ring, T&& v, wait_timing* timing) noexcept(
       noexcept(ring.push_impl(std::move(v), timing))) {
     return ring.push_impl(std::move(v), timing);
+  }
+
+  // Lets the ring's sleepers accept batched wake-ups under load (see wait_point::
+  // batch_wakes): for a pipeline's rings, which its stage threads (the only ones that
+  // put wake-ups off) outlive never. Before the ring is shared.
+  template <class Ring>
+  static void batch_wakes(Ring& ring) noexcept {
+    const auto batch = static_cast<std::uint32_t>(ring.capacity() / 2);
+    ring.not_empty_.batch_wakes(batch);
+    ring.not_full_.batch_wakes(batch);
+  }
+
+  // The wait points of either ring, for tests: where consumers and producers sleep.
+  template <class Ring>
+  static wait_point& not_empty(Ring& ring) noexcept {
+    return ring.not_empty_;
+  }
+  template <class Ring>
+  static wait_point& not_full(Ring& ring) noexcept {
+    return ring.not_full_;
   }
 };
 

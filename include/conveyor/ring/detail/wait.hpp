@@ -17,6 +17,14 @@
 // Where membarrier is missing the notifier falls back to a seq_cst read-modify-write of
 // waiting_ (a full barrier, valid in the C++ memory model without any fence).
 //
+// Under load from other processes (yield_policy: yields that hand whole time slices
+// away), waiters spin the least and sleep in batches: the sleeper on a pipeline's ring
+// lets a notifier inside a wake_batching scope (a stage thread) put its wake-up off
+// until half a ring has come, until the notifier waits itself, or for 1 ms at most. Each
+// wake-up then costs a core another process holds once per batch, not once per few
+// items (the trivial pipeline beside two busy loops: 1.9 -> 4.9 M items/s, medians of
+// 5 alternating rounds; benchmarks/RESULTS.md, "wake-ups in batches").
+//
 // Thread-safety: any number of waiters and notifiers.
 #pragma once
 
@@ -173,6 +181,14 @@ class yield_policy {
   }
   // True when the next yield should be watched: the process's CPU time read around it.
   bool watch() const noexcept { return watch_.load(std::memory_order_relaxed) > 0; }
+  // True from a lost yield until a waiter finds the pause over (see ended()): other
+  // processes hold the cores, and a waiter's partner is often not running at all, so a
+  // spin waits for nothing. A flag, not a clock reading: the spin starts without one.
+  bool paused() const noexcept { return paused_.load(std::memory_order_relaxed); }
+  // A waiter found may_yield() true: the pause, if any, is over.
+  void ended() noexcept {
+    if (paused_.load(std::memory_order_relaxed)) paused_.store(false, std::memory_order_relaxed);
+  }
 
   // A yield that began at `from` and returned at `to`; cpu_ns: the process's CPU time
   // during it when watched, else negative.
@@ -199,6 +215,7 @@ class yield_policy {
     quiet_ns_.store(next, std::memory_order_relaxed);
     last_lost_.store(end, std::memory_order_relaxed);
     quiet_until_.store(end + next, std::memory_order_relaxed);
+    paused_.store(true, std::memory_order_relaxed);
   }
 
  private:
@@ -212,10 +229,56 @@ class yield_policy {
   std::atomic<std::int64_t> quiet_ns_{0};     // the last pause
   std::atomic<std::int64_t> last_lost_{0};    // steady-clock time of the last lost yield
   std::atomic<std::int64_t> quiet_until_{0};  // no yields before this steady-clock time
+  std::atomic<bool> paused_{false};           // a pause began and no waiter saw it end
+};
+
+class wait_point;
+
+// The wake-ups a thread has put off (see wait_point's batched wakes), woken at the
+// latest when the thread next waits anywhere or its wake_batching scope ends. Only a
+// thread inside a wake_batching scope puts wake-ups off: a pipeline's stage threads,
+// which end before the rings they use are destroyed. Thread-safety: one thread.
+struct deferred_wakes {
+  static constexpr int capacity = 8;
+  struct entry {
+    wait_point* point;
+    std::uint32_t notifies;  // put off by this thread since it last woke the point
+  };
+  entry pending[capacity];
+  int size = 0;
+  // Counts a notify put off; true when it may be (else the caller wakes now: batch
+  // notifies have come, or the list is full).
+  bool put_off(wait_point* w, std::uint32_t batch) noexcept;
+  void flush() noexcept;
+};
+
+inline thread_local deferred_wakes* this_thread_wakes = nullptr;
+
+// While it lives, the calling thread may put wake-ups off (one per scope and thread).
+class wake_batching {
+ public:
+  wake_batching() noexcept { this_thread_wakes = &wakes_; }
+  ~wake_batching() {
+    wakes_.flush();
+    this_thread_wakes = nullptr;
+  }
+  wake_batching(const wake_batching&) = delete;
+  wake_batching& operator=(const wake_batching&) = delete;
+
+ private:
+  deferred_wakes wakes_;
 };
 
 class wait_point {
  public:
+  // batch > 1: while other processes take the cores (see yield_policy), a waiter may let
+  // notifiers put off its wake-up until batch notifies (a pipeline's ring: half its
+  // capacity) have come, the notifier waits itself, or backstop has passed. Each
+  // hand-off across threads then costs one sleep and wake per batch instead of per few
+  // items, where each wake-up means waiting for a core another process holds. Call
+  // before any thread waits or notifies here (see ring_access::batch_wakes).
+  void batch_wakes(std::uint32_t batch) noexcept { batch_ = batch; }
+
   // Blocks until pred() holds. pred reads only atomics the notifier publishes before
   // calling notify(), and may say false only when every change that could make it true
   // is followed by a notify(): a change nobody notifies about (in mpmc_ring, another
@@ -243,13 +306,43 @@ class wait_point {
       // The waiter's membarrier() forces a full barrier on this thread between its
       // registration and its re-check, so a compiler fence suffices here.
       std::atomic_signal_fence(std::memory_order_seq_cst);
-      if (!waiting_.load(std::memory_order_relaxed)) return;
+      const std::uint32_t waiting = waiting_.load(std::memory_order_relaxed);
+      if (waiting == 0) return;
+      // Only sleepers that accept a batched wake-up (they sleep with a backstop):
+      // this notifier may put it off.
+      if (waiting == batch_waiter) return notify_batched();
     }
+    wake();
+  }
+
+  // As notify(), never put off: for a change every waiter must see now (a close).
+  void notify_now() noexcept {
+    if (asymmetric_) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // as in notify()
+      if (waiting_.load(std::memory_order_relaxed) == 0) return;
+    }
+    wake();
+  }
+
+  // waiting_'s flags: a sleeper to wake at once, one that accepts a batched wake-up.
+  static constexpr std::uint32_t plain_waiter = 1, batch_waiter = 2;
+  // How long a sleeper that accepts a batched wake-up sleeps at most: what a notifier
+  // that puts it off and then runs on (a slow stage function, a source that blocks)
+  // adds to an item's latency, where a time slice lost to another process is 3-5 ms.
+  static constexpr auto backstop = std::chrono::milliseconds(1);
+
+  // For tests: the policy that tells load, how many wake-ups there were, who sleeps.
+  yield_policy& yields() noexcept { return yields_; }
+  std::uint32_t wakes() const noexcept { return epoch_.load(std::memory_order_relaxed); }
+  std::uint32_t sleepers() const noexcept { return waiting_.load(std::memory_order_relaxed); }
+
+  // A put-off wake-up's time has come (deferred_wakes::flush).
+  void wake() noexcept {
     // seq_cst RMW: in waiting_'s modification order it is either after a waiter's
-    // registration (and reads true) or before it (and the waiter's RMW synchronizes with
-    // this one, so its pred() sees our publication). Clearing the flag makes
+    // registration (and reads it) or before it (and the waiter's RMW synchronizes with
+    // this one, so its pred() sees our publication). Clearing the flags makes
     // the wake-up once per sleep, not once per item pushed while the sleeper wakes up.
-    if (!waiting_.exchange(false, std::memory_order_seq_cst)) return;
+    if (waiting_.exchange(0, std::memory_order_seq_cst) == 0) return;
     // release: pairs with the acquire load of epoch_ in wait_impl().
     epoch_.fetch_add(1, std::memory_order_release);
     futex_wake_all(epoch_);
@@ -273,9 +366,13 @@ class wait_point {
     // relaxed: spin_limit_ is a heuristic hint; a stale value costs time, never correctness.
     if (pred()) return true;
     const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
-    for (std::uint32_t i = 0; i < limit; ++i) {
+    // While other processes take the cores (yields_ paused) the spin is the shortest:
+    // the other side is often not running at all. The learned limit is kept for after.
+    const bool loaded = yields_.paused();
+    const std::uint32_t spin = loaded ? std::min(limit, min_spin) : limit;
+    for (std::uint32_t i = 0; i < spin; ++i) {
       if (pred()) {
-        adapt(limit, 2 * i + 16, 2 * i + 16 > limit ? 1 : 6);
+        if (!loaded) adapt(limit, 2 * i + 16, 2 * i + 16 > limit ? 1 : 6);
         if (timing) timing->rounds += i + 1;
         return true;
       }
@@ -287,7 +384,7 @@ class wait_point {
       }
       cpu_relax();
     }
-    if (timing) timing->rounds += limit;
+    if (timing) timing->rounds += spin;
     const wait_clock::time_point spun = wait_clock::now();
     // The slow path's end, for a measuring caller: the clock reading it took last.
     const auto slow_ended = [&](wait_clock::time_point end) noexcept {
@@ -296,10 +393,15 @@ class wait_point {
       timing->end_ns =
           std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch()).count();
     };
+    // This thread is about to give up its core: the wake-ups it put off are due.
+    if (deferred_wakes* const mine = this_thread_wakes; mine != nullptr && mine->size != 0)
+      mine->flush();
     wait_clock::time_point before_yield = spun;
     // Let a thread sharing this core make progress first, unless yields have been
     // giving whole time slices away (see yield_policy).
-    const int yields = yields_.may_yield(spun) ? 4 : 0;
+    const bool may_yield = yields_.may_yield(spun);
+    if (may_yield) yields_.ended();
+    const int yields = may_yield ? 4 : 0;
     for (int i = 0; i < yields; ++i) {
       if (deadline && before_yield >= *deadline) {
         slow_ended(before_yield);
@@ -327,15 +429,18 @@ class wait_point {
       if (!yields_.may_yield(after_yield)) break;  // that one was lost: sleep now
       before_yield = after_yield;
     }
+    // Under load (see batch_), sleep in batches: let the notifier put the wake-up off.
+    const bool batched = batch_ > 1 && asymmetric_ && yields_.paused();
     for (;;) {
-      // acquire: pairs with the release increment in notify(); if a notifier runs after
+      // acquire: pairs with the release increment in wake(); if a notifier runs after
       // this read, epoch_ differs and the wait() below returns at once.
       const std::uint32_t epoch = epoch_.load(std::memory_order_acquire);
       // seq_cst RMW: the registration precedes the re-check of pred() (Dekker). Being an
       // RMW, it reads from any notifier's exchange() earlier in waiting_'s modification
       // order (or a later RMW in that release sequence), so it synchronizes with it and
-      // pred() sees that notifier's publication.
-      waiting_.exchange(true, std::memory_order_seq_cst);
+      // pred() sees that notifier's publication. An OR: a plain waiter beside a batched
+      // one (mpmc_ring) is never put off.
+      waiting_.fetch_or(batched ? batch_waiter : plain_waiter, std::memory_order_seq_cst);
       if (asymmetric_) heavy_barrier();  // partner: the signal fence in notify
       if (pred()) {  // the flag may stay set: costs one spurious wake, no more
         slow_ended(learn_from_sleep(limit, spun));
@@ -348,12 +453,30 @@ class wait_point {
           return false;
         }
       }
-      futex_wait(epoch_, epoch, deadline);
+      if (batched) {
+        const wait_clock::time_point until = wait_clock::now() + backstop;
+        futex_wait(epoch_, epoch, deadline && *deadline < until ? deadline : &until);
+      } else {
+        futex_wait(epoch_, epoch, deadline);
+      }
       if (pred()) {
         slow_ended(learn_from_sleep(limit, spun));
         return true;
       }
     }
+  }
+
+  static constexpr std::uint32_t max_spin = 1024, min_spin = 16;  // pause rounds (see adapt)
+
+  // Puts this notify's wake-up off where the thread collects its put-off wake-ups and
+  // it has put off fewer than batch_ notifies here since it last woke this point; else
+  // wakes now. The count is the thread's own (several notifiers count apart: the
+  // sleeper is woken sooner, never later). Out of line: notify() sits on every push and
+  // pop, and this runs only under load.
+  [[gnu::noinline]] void notify_batched() noexcept {
+    deferred_wakes* const mine = this_thread_wakes;
+    if (mine != nullptr && mine->put_off(this, batch_)) return;
+    wake();
   }
 
   // A yield that took longer than this ran another thread (a yield with nothing else to
@@ -377,15 +500,14 @@ class wait_point {
   // about the cost of the sleep path it avoids (1024 pauses: ~40 us on a 39 ns pause),
   // the competitive bound: a wait never burns more than twice what sleeping would cost.
   void adapt(std::uint32_t limit, std::uint32_t target, int shift) noexcept {
-    constexpr std::int64_t max_spin = 1024, min_spin = 16;
     const std::int64_t t = std::min<std::int64_t>(target, max_spin);
     std::int64_t next = std::int64_t{limit} + (t - std::int64_t{limit}) / (std::int64_t{1} << shift);
-    next = std::clamp(next, min_spin, max_spin);
+    next = std::clamp<std::int64_t>(next, min_spin, max_spin);
     if (static_cast<std::uint32_t>(next) != limit)
       spin_limit_.store(static_cast<std::uint32_t>(next), std::memory_order_relaxed);
   }
 
-  std::atomic<bool> waiting_{false};
+  std::atomic<std::uint32_t> waiting_{0};  // plain_waiter | batch_waiter: who sleeps
   // Which barrier this wait point's two sides use, decided once: both sides must agree,
   // and notify(), on every push and pop, then reads one flag beside waiting_ instead of
   // a function-local static's guard, the static and the test switch (bench_rings: the
@@ -393,7 +515,25 @@ class wait_point {
   const bool asymmetric_ = use_asymmetric_barrier();
   std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> spin_limit_{256};
+  std::uint32_t batch_ = 0;  // 0 or 1: every wake-up at once
   yield_policy yields_;
 };
+
+inline bool deferred_wakes::put_off(wait_point* w, std::uint32_t batch) noexcept {
+  for (int i = 0; i < size; ++i) {
+    if (pending[i].point != w) continue;
+    if (++pending[i].notifies < batch) return true;
+    pending[i] = pending[--size];  // the batch is complete: the caller wakes it
+    return false;
+  }
+  if (size == capacity || batch <= 1) return false;
+  pending[size++] = {w, 1};
+  return true;
+}
+
+inline void deferred_wakes::flush() noexcept {
+  for (int i = 0; i < size; ++i) pending[i].point->wake();
+  size = 0;
+}
 
 }  // namespace conveyor::detail

@@ -49,6 +49,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 
@@ -75,13 +76,15 @@ class ring_link {
   using value_type = T;
 
   // @throws config_error unless capacity is a power of two in [2, 2^30].
+  // Its rings' sleepers accept batched wake-ups under load (see detail::wait_point): the
+  // stage threads that put them off end before the link does.
   ring_link(std::size_t capacity, ring_ends ends) {
     if (ends.lanes && !ends.single())
       lanes_ = std::make_unique<lane_set>(capacity, ends.pushers, ends.poppers);
     else if (ends.single())
-      spsc_.emplace(capacity);
+      ring_access::batch_wakes(spsc_.emplace(capacity));
     else
-      mpmc_.emplace(capacity);
+      ring_access::batch_wakes(mpmc_.emplace(capacity));
   }
 
   bool is_spsc() const noexcept { return spsc_.has_value(); }
@@ -210,7 +213,10 @@ class ring_link {
       const std::size_t g = std::gcd(P, C);
       for (std::size_t p = 0; p < P; ++p)
         for (std::size_t c = 0; c < C; ++c)
-          if (p % g == c % g) rings[p * C + c] = std::make_unique<spsc_ring<T>>(capacity);
+          if (p % g == c % g) {
+            rings[p * C + c] = std::make_unique<spsc_ring<T>>(capacity);
+            ring_access::batch_wakes(*rings[p * C + c]);
+          }
       for (std::size_t p = 0; p < P; ++p) pushed[p].lane = p % C;
       for (std::size_t c = 0; c < C; ++c) {
         popped[c].lane = c % P;
