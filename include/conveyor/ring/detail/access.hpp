@@ -41,8 +41,9 @@ struct ring_access {
   }
 
   // Lets the ring's sleepers accept batched wake-ups under load (see wait_point::
-  // batch_wakes): for a pipeline's rings, which its stage threads (the only ones that
-  // put wake-ups off) outlive never. Before the ring is shared.
+  // batch_wakes). For a pipeline's rings only: they outlive the stage threads, the only
+  // threads that put wake-ups off and keep pointers to them meanwhile. Call before the
+  // ring is shared.
   template <class Ring>
   static void batch_wakes(Ring& ring) noexcept {
     const auto batch = static_cast<std::uint32_t>(ring.capacity() / 2);
