@@ -214,12 +214,13 @@ TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
     w.wait([&] { return done.load(); });
     returned.fetch_add(1);
   }};
-  // Registered as a sleeper that accepts a batch (the flag stays set across backstops).
-  const auto asleep = [&](std::uint32_t how) {
-    for (int i = 0; i < 10'000 && w.sleepers() != how; ++i)
+  // Registered as a sleeper of that kind (a batched one's flag stays set across backstops).
+  const auto asleep_at = [](const wait_point& p, std::uint32_t how) {
+    for (int i = 0; i < 10'000 && p.sleepers() != how; ++i)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
-    REQUIRE(w.sleepers() == how);
+    REQUIRE(p.sleepers() == how);
   };
+  const auto asleep = [&](std::uint32_t how) { asleep_at(w, how); };
   asleep(wait_point::batch_waiter);
   std::uint32_t wakes = w.wakes();
   {
@@ -265,10 +266,8 @@ TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
     if (loaded) t::act_loaded(plain);
     done.store(false);
     std::thread plain_waiter{[&] { plain.wait([&] { return done.load(); }); }};
-    for (int i = 0; i < 10'000 && plain.sleepers() != wait_point::plain_waiter; ++i)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
     CAPTURE(loaded);
-    REQUIRE(plain.sleepers() == wait_point::plain_waiter);
+    asleep_at(plain, wait_point::plain_waiter);
     {
       wake_batching batching;
       done.store(true);
