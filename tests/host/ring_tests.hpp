@@ -292,6 +292,17 @@ inline void act_loaded(detail::wait_point& w) {
   REQUIRE(w.yields().paused());
 }
 
+// The opposite, whatever the machine's real load: its waiters never yield for the next
+// hour (so none can find a yield lost and pause the wait point) and no pause is on.
+// Without it a test on a loaded machine (CI: two cores, sanitizers, ctest in parallel)
+// may see a waiter judge the load real and sleep as a batched one.
+inline void act_unloaded(detail::wait_point& w) {
+  act_loaded(w);
+  w.yields().ended();
+  REQUIRE_FALSE(w.yields().paused());
+  REQUIRE_FALSE(w.yields().may_yield(std::chrono::steady_clock::now()));
+}
+
 // The hunt above with batched wake-ups (what a ring does under load): both sides' sleepers
 // accept them and both threads put theirs off. Items must still all arrive, and a wake-up
 // put off by a thread that then neither pushes nor waits (a stage stuck in its own code)
