@@ -23,8 +23,9 @@
 // batcher, a one-worker sink) is an spsc_ring, any other an mpmc_ring (detail/link.hpp).
 // Diagnosis: run()/stop()/wait()/report() return a conveyor::report (per-stage table,
 // lanes, latency, the verdict naming the bottleneck). Options turn on a bounded trace
-// and a live progress line, or turn measuring off; another pins the stage threads to
-// cores by what each stage costs (for more CPU-heavy stages than cores):
+// and a live progress line, or turn measuring off. The stage threads are pinned to cores
+// by what each stage costs while they alone fill the cores (placement = automatic, the
+// default); by_load pins them whatever else runs, os never:
 //   conveyor::pipeline p{chain, {.trace_events = 16384, .progress = true}};
 //   conveyor::pipeline q{chain, {.placement = conveyor::thread_placement::by_load}};
 //   p.run();  p.write_trace("run.trace.json");   // open in ui.perfetto.dev
@@ -81,8 +82,9 @@ enum class stop_mode {
 
 // Where the pipeline's stage threads run.
 enum class thread_placement {
-  os,       // wherever the OS scheduler puts them (the default)
-  by_load,  // each pinned to one CPU, balanced by the stages' measured CPU time per item
+  automatic,  // as by_load while the stage threads alone fill the cores, else as os
+  os,         // wherever the OS scheduler puts them
+  by_load,    // each pinned to one CPU, balanced by the stages' measured CPU time per item
 };
 
 struct pipeline_options {
@@ -103,16 +105,23 @@ struct pipeline_options {
   bool progress = false;
   std::chrono::milliseconds progress_period{500};
   std::ostream* progress_out = nullptr;
+  // Where the stage threads run (Linux; elsewhere always as os). With more CPU-heavy
+  // stage threads than cores the OS tends to wake a stage that waits for its input on
+  // the core of the stage that fed it, often the slowest one, and the pipeline loses
+  // what the two share. Pinning fixes that but a pinned thread cannot dodge other work.
   // by_load: every placement_period (>= 10 ms) each stage thread's CPU time per item
   // its stage moved (over the last 8 periods) is its load, and every stage thread is
   // pinned to one of the CPUs this process may use, heaviest first onto the least loaded
   // CPU; re-pinned when that makes the busiest CPU >= 10% lighter (detail/placement.hpp).
-  // For more CPU-heavy stage threads than cores: there the OS tends to wake a stage that
-  // waits for its input on the core of the stage that fed it, which is often the
-  // slowest one, and the pipeline loses what the two share. Linux only (elsewhere: as
-  // os). Each pipeline plans alone and pinned threads cannot dodge other work: use it
-  // for one pipeline that owns the machine's cores, not for several side by side.
-  thread_placement placement = thread_placement::os;
+  // Each pipeline plans alone: for one pipeline that owns the machine's cores.
+  // automatic (the default): by_load's plan, applied only while this pipeline's stage
+  // threads fill the cores (>= 80 % of them) and other work (the rest of the process,
+  // other processes: CPU clocks and /proc/stat) takes <= 10 %; every thread goes back on
+  // all allowed CPUs once other work takes > 20 % (or the stage threads < 50 % for two
+  // periods). A pipeline that cannot fill the cores is never pinned; two that fill them
+  // side by side see each other as other work and neither is.
+  // os: never pinned.
+  thread_placement placement = thread_placement::automatic;
   std::chrono::milliseconds placement_period{200};
 };
 
@@ -287,9 +296,11 @@ class pipeline<chain<Bound...>> {
     state_->start_ns = detail::now_ns();
     state_->start_cpu_ns = metrics::process_cpu_ns();
     state_->ctl.open_gate();
-    if (state_->options.placement == thread_placement::by_load)
-      state_->placer = std::make_unique<detail::load_placer>(state_->placed,
-                                                             state_->options.placement_period);
+    if (state_->options.placement != thread_placement::os)
+      state_->placer = std::make_unique<detail::load_placer>(
+          state_->placed, state_->options.placement_period,
+          state_->options.placement == thread_placement::by_load ? detail::pin_policy::always
+                                                                 : detail::pin_policy::automatic);
     if (state_->options.progress) {
       const state* st = state_.get();  // stable: the state is heap-allocated
       state_->progress = std::make_unique<metrics::progress_line>(
@@ -576,7 +587,7 @@ class pipeline<chain<Bound...>> {
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})),
           free_tickets(service ? detail::next_power_of_two(ticket_count(c)) : 2),
           tickets(service ? ticket_count(c) : 0) {
-      if (o.placement == thread_placement::by_load) ctl.placed = &placed;
+      if (o.placement != thread_placement::os) ctl.placed = &placed;
       register_closers(std::make_index_sequence<n_rings>{});
       collect_infos(std::make_index_sequence<n_stages>{});
       if constexpr (service) {

@@ -1,5 +1,7 @@
 // Placement by load: the plan (LPT) on known loads, and a pipeline that pins its heavy
-// stage alone on a CPU while the light ones share another.
+// stage alone on a CPU while the light ones share another. Automatic placement: when it
+// pins (the rule on known shares, a placer fed chosen shares), what it reads from
+// /proc/stat, and a pipeline that must not pin beside busy threads of its process.
 #include "conveyor/detail/placement.hpp"
 
 #include <catch2/catch.hpp>
@@ -8,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <ranges>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -51,6 +54,80 @@ TEST_CASE("load_per_item: CPU time per item the stage moved") {
   CHECK(load_per_item(-10, 3) == 0.0);
 }
 
+TEST_CASE("auto_pin_rule: pins while alone and full, lets go when others come or it idles") {
+  using detail::auto_pin_rule;
+  using detail::core_shares;
+  const core_shares alone_full{.own = 0.95, .process = 0.96, .machine = 0.97};
+  const core_shares alone_half{.own = 0.45, .process = 0.46, .machine = 0.47};
+  auto_pin_rule r;
+  CHECK_FALSE(r.pinned());
+  // Not full: the OS places the threads, however quiet the machine.
+  CHECK_FALSE(r.next(alone_half));
+  CHECK_FALSE(r.next({.own = 0.79, .process = 0.79, .machine = 0.79}));
+  // Full and alone: pinned at once.
+  CHECK(r.next(alone_full));
+  CHECK(r.pinned());
+  // Noise between quiet and busy changes nothing once pinned...
+  CHECK(r.next({.own = 0.8, .process = 0.95, .machine = 0.97}));  // others 0.17
+  // ...but other work above `busy` lets go at once: another process...
+  CHECK_FALSE(r.next({.own = 0.7, .process = 0.7, .machine = 0.95}));  // others 0.25
+  // ...and pinning again needs others <= quiet, not only below busy.
+  CHECK_FALSE(r.next({.own = 0.85, .process = 0.85, .machine = 1.0}));  // others 0.15
+  CHECK(r.next(alone_full));
+  // Other threads of this process count as other work too.
+  CHECK_FALSE(r.next({.own = 0.6, .process = 0.9, .machine = 0.92}));  // others 0.32
+  CHECK(r.next(alone_full));
+  // Idle for one round stays pinned (a gap between bursts); for two, lets go.
+  CHECK(r.next(alone_half));
+  CHECK(r.next(alone_full));
+  CHECK(r.next(alone_half));
+  CHECK_FALSE(r.next(alone_half));
+  // The machine's share unknown: never pinned.
+  CHECK_FALSE(r.next({.own = 1.0, .process = 1.0, .machine = -1}));
+  CHECK(core_shares{.own = 1.0, .process = 1.0, .machine = -1}.others() == 1.0);
+  // Shares that do not add up (measurement noise) never make others negative.
+  CHECK(core_shares{.own = 0.9, .process = 0.85, .machine = 0.8}.others() == 0.0);
+  CHECK(core_shares{.own = 0.5, .process = 0.7, .machine = 0.9}.others() == Approx(0.4));
+  // Other processes count beyond a tick per CPU: over a round of 10 ticks per CPU a
+  // machine share 0.1 above the process's may be nothing but where the ticks fell.
+  CHECK(core_shares{.own = 0.8, .process = 0.8, .machine = 0.9, .tick = 0.1}.others() == 0.0);
+  CHECK(core_shares{.own = 0.8, .process = 0.8, .machine = 1.0, .tick = 0.1}.others() ==
+        Approx(0.1));
+  auto_pin_rule first;
+  CHECK(first.next({.own = 0.88, .process = 0.88, .machine = 1.0, .tick = 1.0}));
+}
+
+TEST_CASE("parse_cpu_ticks: the allowed CPUs' lines of /proc/stat") {
+  using detail::parse_cpu_ticks;
+  const std::string_view stat =
+      "cpu  42267 0 3278 736333 328 0 88 315 0 0\n"
+      "cpu0 27069 1 1321 362706 27 5 23 203 7 0\n"
+      "cpu1 15198 0 1956 373626 301 0 64 112 0 0\n"
+      "cpu10 1 1 1 1 1 1 1 1 0 0\n"
+      "intr 309041 0 0\n";
+  // busy: user + nice + system + irq + softirq; total: busy + idle + iowait + steal.
+  const auto c0 = parse_cpu_ticks(stat, {0});
+  REQUIRE(c0);
+  CHECK(c0->busy == 27069 + 1 + 1321 + 5 + 23);
+  CHECK(c0->total == c0->busy + 362706 + 27 + 203);
+  const auto both = parse_cpu_ticks(stat, {0, 1});
+  REQUIRE(both);
+  CHECK(both->busy == c0->busy + 15198 + 1956 + 64);
+  // "cpu1" is not "cpu10"'s prefix match, and the first line is not cpu0's.
+  const auto c10 = parse_cpu_ticks(stat, {10});
+  REQUIRE(c10);
+  CHECK(c10->busy == 5);
+  CHECK(c10->total == 8);
+  // A CPU without a line, or a cut-off line: unknown.
+  CHECK_FALSE(parse_cpu_ticks(stat, {0, 2}));
+  CHECK_FALSE(parse_cpu_ticks("cpu0 1 2 3\n", {0}));
+  CHECK_FALSE(parse_cpu_ticks("", {0}));
+#if defined(__linux__)
+  // This machine's own file holds a line for every CPU this process may use.
+  CHECK(detail::read_cpu_ticks(metrics::allowed_cpus()));
+#endif
+}
+
 TEST_CASE("pipeline: placement by load needs a sane period") {
   const auto make = [](pipeline_options o) {
     return pipeline{from_range(std::views::iota(0, 10)) | map([](int x) { return x; }) |
@@ -70,7 +147,116 @@ namespace {
 // The CPUs this thread may run on.
 std::vector<int> my_cpus() { return metrics::allowed_cpus(); }
 
+// How many CPUs a thread may run on.
+std::size_t cpus_of(pthread_t t) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(pthread_getaffinity_np(t, sizeof(set), &set) == 0);
+  return static_cast<std::size_t>(CPU_COUNT(&set));
+}
+
 }  // namespace
+
+TEST_CASE("load_placer, automatic: pins while the shares say alone and full, else lets go") {
+  if (my_cpus().size() < 2) {
+    WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
+    return;
+  }
+  // Three stage workers that burn CPU per item, and a placer whose measured shares the
+  // test replaces (what the machine really does under CTest cannot be chosen).
+  detail::thread_registry registry;
+  std::atomic<bool> stop{false};
+  std::atomic<int> registered{0};
+  std::vector<metrics::stage_stats> stages;
+  for (int i = 0; i < 3; ++i) stages.emplace_back(1);
+  std::vector<pthread_t> handles(3);
+  std::vector<std::thread> workers;
+  for (std::size_t i = 0; i < 3; ++i)
+    workers.emplace_back([&, i] {
+      handles[i] = pthread_self();
+      const detail::placement_entry entry{&registry, stages[i]};
+      registered.fetch_add(1);
+      while (!stop.load()) {
+        test::burn_thread_cpu(std::chrono::microseconds(50 * (i + 1)));
+        stages[i].worker(0).add_items(1);
+      }
+    });
+  while (registered.load() < 3) std::this_thread::yield();
+
+  enum class seen : int { alone_half, alone_full, crowded };
+  std::atomic<seen> shares{seen::alone_half};
+  detail::load_placer placer{
+      registry, std::chrono::milliseconds(10), detail::pin_policy::automatic,
+      [&](const detail::core_shares&) {
+        switch (shares.load()) {
+          case seen::alone_full: return detail::core_shares{.own = 1, .process = 1, .machine = 1};
+          case seen::crowded: return detail::core_shares{.own = 0.6, .process = 0.6, .machine = 1};
+          default: return detail::core_shares{.own = 0.4, .process = 0.4, .machine = 0.4};
+        }
+      }};
+  // Waits until two rounds have begun after now: the second saw the shares set before.
+  const auto two_rounds = [&] {
+    const std::uint64_t from = placer.rounds();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (placer.rounds() < from + 2 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(placer.rounds() >= from + 2);
+  };
+  const std::size_t all = my_cpus().size();
+  const auto pinned = [&](std::size_t cpus) {
+    for (const pthread_t t : handles) CHECK(cpus_of(t) == cpus);
+  };
+  two_rounds();
+  two_rounds();
+  pinned(all);  // not full: never pinned
+  shares.store(seen::alone_full);
+  two_rounds();
+  pinned(1);
+  shares.store(seen::crowded);
+  two_rounds();
+  pinned(all);  // back on every allowed CPU
+  shares.store(seen::alone_full);
+  two_rounds();
+  pinned(1);
+  placer.stop();
+  stop.store(true);
+  for (auto& w : workers) w.join();
+}
+
+TEST_CASE("pipeline: automatic placement pins nothing beside busy threads of its process") {
+  if (my_cpus().size() < 2) {
+    WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
+    return;
+  }
+  // One busy thread per allowed CPU: the rest of the process takes a large part of the
+  // cores whatever else the machine runs, so the pipeline's threads (which would fill
+  // these cores alone: 600 us of CPU per item over 3 stages) must stay unpinned.
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  for (std::size_t i = 0; i < my_cpus().size(); ++i)
+    busy.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) test::burn_thread_cpu(std::chrono::microseconds(100));
+    });
+  constexpr int n = 300;
+  std::vector<std::size_t> fewest_cpus(3, ~std::size_t{0});  // the fewest each stage saw
+  const auto stage = [](std::chrono::microseconds cost, std::size_t& fewest) {
+    return [cost, &fewest](int x) {
+      test::burn_thread_cpu(cost);
+      fewest = std::min(fewest, my_cpus().size());
+      return x;
+    };
+  };
+  using std::chrono::microseconds;
+  pipeline p{from_range(std::views::iota(0, n)) | map(stage(microseconds(200), fewest_cpus[0])) |
+                 map(stage(microseconds(300), fewest_cpus[1])) |
+                 map(stage(microseconds(100), fewest_cpus[2])) | sink([](int) {}),
+             pipeline_options{.placement_period = std::chrono::milliseconds(10)}};
+  const report r = p.run();
+  stop.store(true);
+  for (auto& t : busy) t.join();
+  REQUIRE(r.completed == n);
+  for (const std::size_t fewest : fewest_cpus) CHECK(fewest == my_cpus().size());
+}
 
 TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light ones together") {
   if (my_cpus().size() < 2) {

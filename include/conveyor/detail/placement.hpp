@@ -29,17 +29,32 @@
 // so far (LPT), and pins each thread to its CPU. Once all are pinned, a new plan is
 // applied only when it makes the busiest CPU at least 10% lighter.
 //
+// Automatic (pipeline_options::placement = automatic, the default): the same plan, but
+// applied only while it cannot hurt anyone else. Every round the placer also measures
+// what took the cores it may use: the stage threads (their CPU clocks), the rest of this
+// process (its CPU clock) and other processes (the allowed CPUs' lines of /proc/stat).
+// It pins only while the stage threads fill the cores and nothing else takes a
+// noticeable part of them (auto_pin_rule), and puts every thread back on all allowed CPUs
+// as soon as other work arrives: a pinned thread cannot dodge it, an unpinned one can.
+// On a machine with more cores than the pipeline keeps busy it never pins at all.
+//
 // Thread-safety: thread_registry from any thread (a mutex: each worker adds and removes
 // itself once). load_placer's constructor and stop() from the owning thread.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <functional>
 #include <mutex>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -79,7 +94,97 @@ inline double load_per_item(std::int64_t cpu_ns, std::uint64_t items) noexcept {
          static_cast<double>(std::max<std::uint64_t>(items, 1));
 }
 
+// What took the cores a pipeline may use during one placer round, each as a fraction of
+// their capacity (CPUs x wall time): its own stage threads, the whole process (they
+// included), every process on those CPUs (the process included; negative: unknown).
+// The first two come from CPU clocks (exact); the machine's from /proc/stat, which
+// counts in ticks (10 ms per CPU): over a round of a few ticks it is off by up to a
+// tick per CPU, `tick` as a share.
+struct core_shares {
+  double own = 0;
+  double process = 0;
+  double machine = -1;
+  double tick = 0;
+
+  // The part that is not this pipeline's: the rest of the process, and other processes
+  // beyond what the ticks' resolution can tell from nothing. An unknown machine share
+  // counts as all of it (nothing to go by, so never pin).
+  double others() const noexcept {
+    if (machine < 0) return 1.0;
+    return std::max(process - own, 0.0) + std::max(machine - process - tick, 0.0);
+  }
+};
+
+// When placement = automatic pins, round by round. Pins when the stage threads fill the
+// cores (own >= fill: more CPU-hungry threads than cores, where the OS's wake-up
+// placement costs the pipeline its slowest stage's core) and nothing else takes more than
+// `quiet` of them. Lets go at once when other work takes more than `busy` (the gap to
+// `quiet` is measurement noise: /proc/stat counts in 10 ms ticks), and when the stage
+// threads no longer fill the cores (own < idle) for two rounds in a row.
+class auto_pin_rule {
+ public:
+  static constexpr double fill = 0.8, quiet = 0.1, busy = 0.2, idle = 0.5;
+
+  // Whether the threads should be pinned after a round that measured s.
+  bool next(const core_shares& s) noexcept {
+    const double others = s.others();
+    if (!pinned_) {
+      pinned_ = s.own >= fill && others <= quiet;
+      idle_rounds_ = 0;
+      return pinned_;
+    }
+    idle_rounds_ = s.own < idle ? idle_rounds_ + 1 : 0;
+    if (others > busy || idle_rounds_ >= 2) pinned_ = false;
+    return pinned_;
+  }
+  bool pinned() const noexcept { return pinned_; }
+
+ private:
+  bool pinned_ = false;
+  int idle_rounds_ = 0;
+};
+
+// Busy and total time of some CPUs, in /proc/stat's ticks.
+struct cpu_ticks {
+  std::uint64_t busy = 0;   // user, nice, system, irq, softirq (guest time is in user)
+  std::uint64_t total = 0;  // busy, idle, iowait and steal
+};
+
+// Sums the lines of /proc/stat's text (`stat`) for the given CPU numbers; nullopt when a
+// CPU has no line (or a malformed one): the machine's share is then unknown.
+inline std::optional<cpu_ticks> parse_cpu_ticks(std::string_view stat, const std::vector<int>& cpus) {
+  cpu_ticks sum;
+  for (const int cpu : cpus) {
+    const std::string label = "cpu" + std::to_string(cpu) + " ";
+    std::size_t at = stat.starts_with(label) ? 0 : stat.find("\n" + label);
+    if (at == std::string_view::npos) return std::nullopt;
+    at += at == 0 ? label.size() : label.size() + 1;
+    std::uint64_t f[8] = {};  // user nice system idle iowait irq softirq steal
+    for (std::uint64_t& v : f) {
+      while (at < stat.size() && stat[at] == ' ') ++at;
+      if (at >= stat.size() || stat[at] < '0' || stat[at] > '9') return std::nullopt;
+      for (; at < stat.size() && stat[at] >= '0' && stat[at] <= '9'; ++at)
+        v = v * 10 + static_cast<std::uint64_t>(stat[at] - '0');
+    }
+    const std::uint64_t busy = f[0] + f[1] + f[2] + f[5] + f[6];
+    sum.busy += busy;
+    sum.total += busy + f[3] + f[4] + f[7];
+  }
+  return sum;
+}
+
 #if defined(__linux__)
+
+// /proc/stat's ticks for the given CPUs (nullopt: unreadable, or a CPU missing).
+inline std::optional<cpu_ticks> read_cpu_ticks(const std::vector<int>& cpus) {
+  std::FILE* const f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return std::nullopt;
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return parse_cpu_ticks(text, cpus);
+}
 
 // The stage workers running now, each with its thread's CPU clock and its stage's
 // counters. A worker adds itself when it starts and removes itself before its thread
@@ -139,13 +244,30 @@ class placement_entry {
   thread_registry* registry_;
 };
 
+// When a load_placer pins: always (by_load), or only by auto_pin_rule (automatic).
+enum class pin_policy { always, automatic };
+
 class load_placer {
  public:
+  // What was measured in a round (automatic only), for a test to replace.
+  using shares_override = std::function<core_shares(const core_shares& measured)>;
+
   // Starts re-planning every period, on a thread of its own. Does nothing (no thread)
   // when this process may run on fewer than two CPUs.
-  load_placer(thread_registry& workers, std::chrono::milliseconds period)
-      : workers_(workers), period_(period), cpus_(metrics::allowed_cpus()) {
-    if (cpus_.size() >= 2) thread_ = std::thread([this] { loop(); });
+  load_placer(thread_registry& workers, std::chrono::milliseconds period,
+              pin_policy policy = pin_policy::always, shares_override override_shares = {})
+      : workers_(workers),
+        period_(period),
+        cpus_(metrics::allowed_cpus()),
+        policy_(policy),
+        override_(std::move(override_shares)) {
+    if (cpus_.size() < 2) return;
+    if (policy_ == pin_policy::automatic) {
+      last_ticks_ = read_cpu_ticks(cpus_);
+      last_wall_ns_ = steady_ns();
+      last_process_ns_ = metrics::process_cpu_ns();
+    }
+    thread_ = std::thread([this] { loop(); });
   }
   load_placer(const load_placer&) = delete;
   load_placer& operator=(const load_placer&) = delete;
@@ -160,8 +282,16 @@ class load_placer {
     if (thread_.joinable()) thread_.join();
   }
 
+  // Rounds done so far (for tests: "after a round that saw this").
+  std::uint64_t rounds() const noexcept { return rounds_.load(std::memory_order_acquire); }
+
  private:
   static constexpr std::size_t unpinned = ~std::size_t{0};
+  static std::int64_t steady_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
   // Loads are measured over the last `window` periods: long enough that a stage whose
   // items come in bursts is seen at its average, short enough to follow a change.
   static constexpr std::size_t window = 8;
@@ -184,6 +314,8 @@ class load_placer {
     while (!wake_.wait_for(lock, wait, [this] { return stopping_; })) {
       lock.unlock();
       place();
+      // release: a test that reads rounds() (acquire) sees this round's pins.
+      rounds_.fetch_add(1, std::memory_order_release);
       lock.lock();
       wait = period_;
     }
@@ -197,11 +329,46 @@ class load_placer {
   }
   static constexpr double min_gain = 0.9;  // re-pin only for a 10% lighter busiest CPU
 
+  // The shares of the allowed cores since the last round; own_ns: the stage threads'
+  // CPU time in it.
+  core_shares measure(std::int64_t own_ns) {
+    const std::int64_t wall = steady_ns();
+    const std::int64_t process = metrics::process_cpu_ns();
+    const std::optional<cpu_ticks> ticks = read_cpu_ticks(cpus_);
+    const double capacity =
+        static_cast<double>(std::max<std::int64_t>(wall - last_wall_ns_, 1)) *
+        static_cast<double>(cpus_.size());
+    core_shares s;
+    s.own = static_cast<double>(own_ns) / capacity;
+    s.process = static_cast<double>(process - last_process_ns_) / capacity;
+    if (ticks && last_ticks_ && ticks->total > last_ticks_->total) {
+      const auto total = static_cast<double>(ticks->total - last_ticks_->total);
+      s.machine = static_cast<double>(ticks->busy - last_ticks_->busy) / total;
+      s.tick = static_cast<double>(cpus_.size()) / total;
+    }
+    last_wall_ns_ = wall;
+    last_process_ns_ = process;
+    last_ticks_ = ticks;
+    return override_ ? override_(s) : s;
+  }
+
+  // Every thread back on all the CPUs this process was allowed when the placer started.
+  void unpin(std::vector<seen>& threads) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (const int c : cpus_) CPU_SET(c, &set);
+    for (seen& s : threads) {
+      if (s.cpu == unpinned) continue;
+      if (pthread_setaffinity_np(s.thread, sizeof(set), &set) == 0) s.cpu = unpinned;
+    }
+  }
+
   // One round: every live worker's load over the window, a plan, the pins.
   void place() {
     workers_.with_live([this](const std::vector<thread_registry::entry>& live) {
       std::vector<seen> now;
       std::vector<double> loads;
+      std::int64_t own_ns = 0;  // the stage threads' CPU time since the last round
       for (const auto& w : live) {
         const look current{metrics::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items};
         const auto before = std::find_if(seen_.begin(), seen_.end(), [&](const seen& s) {
@@ -211,10 +378,16 @@ class load_placer {
         seen s{w.thread, {}, unpinned};
         if (before != seen_.end()) s = std::move(*before);
         const look oldest = s.looks.empty() ? look{0, 0} : s.looks.front();
+        own_ns += current.cpu_ns - (s.looks.empty() ? 0 : s.looks.back().cpu_ns);
         loads.push_back(load_per_item(current.cpu_ns - oldest.cpu_ns, current.items - oldest.items));
         if (s.looks.size() == window) s.looks.erase(s.looks.begin());
         s.looks.push_back(current);
         now.push_back(std::move(s));
+      }
+      if (policy_ == pin_policy::automatic && !rule_.next(measure(own_ns))) {
+        unpin(now);
+        seen_ = std::move(now);
+        return;
       }
       const std::vector<std::size_t> plan = plan_placement(loads, cpus_.size());
       const bool all_pinned = std::all_of(now.begin(), now.end(),
@@ -242,7 +415,14 @@ class load_placer {
   thread_registry& workers_;
   const std::chrono::milliseconds period_;
   const std::vector<int> cpus_;
-  std::vector<seen> seen_;  // the placer thread only
+  const pin_policy policy_;
+  const shares_override override_;
+  // The placer thread only (after the constructor):
+  std::vector<seen> seen_;
+  auto_pin_rule rule_;
+  std::int64_t last_wall_ns_ = 0, last_process_ns_ = 0;
+  std::optional<cpu_ticks> last_ticks_;
+  std::atomic<std::uint64_t> rounds_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
@@ -257,10 +437,14 @@ class placement_entry {
  public:
   placement_entry(thread_registry*, const metrics::stage_stats&) noexcept {}
 };
+enum class pin_policy { always, automatic };
 class load_placer {
  public:
-  load_placer(thread_registry&, std::chrono::milliseconds) {}
+  using shares_override = std::function<core_shares(const core_shares& measured)>;
+  load_placer(thread_registry&, std::chrono::milliseconds, pin_policy = pin_policy::always,
+              shares_override = {}) {}
   void stop() noexcept {}
+  std::uint64_t rounds() const noexcept { return 0; }
 };
 
 #endif
