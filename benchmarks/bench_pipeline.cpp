@@ -7,13 +7,15 @@
 //
 // Two questions, two families of names:
 //
-// <peer>/trivial[/workers:W[/metrics:on|off] | /tokens:T]  per-item overhead. 1<<20 items per iteration go
+// <peer>/trivial[/workers:W/metrics:on|off[/placement:os] | /tokens:T]  per-item overhead.
+//     1<<20 items per iteration go
 //     source (serial, in order) -> map x+1 (parallel) -> map x*2 (parallel) -> sink (serial,
 //     in order); the sink checks that item i arrives i-th with value 2(i+1), and the sum.
 //     conveyor: from_range | map.workers(W).ordered() | map.workers(W).ordered() | sink,
 //     W = 1 and 2, each with the pipeline's metrics on (the default: per-stage clocks,
 //     counters, latency histogram) and off (pipeline_options{.metrics = false}), so the
-//     cost of measuring is the ratio of the two in the same run. tbb: parallel_pipeline
+//     cost of measuring is the ratio of the two in the same run; and metrics off with
+//     placement = os beside the default (automatic) placement. tbb: parallel_pipeline
 //     with filters serial_in_order -> parallel -> parallel -> serial_in_order and
 //     T = 4 * cores tokens. serial: one plain loop.
 //     Counter: items_per_second.
@@ -30,16 +32,17 @@
 //       ideal_items_per_second = 1 / (slowest stage's isolated cost per item)
 //       overlap_efficiency     = measured items/s / ideal_items_per_second
 //       sum_bound_items_per_second = 1 / (sum of the isolated costs): what no overlap gives
-//     conveyor: from_range | map | map | map | sink, one worker each; /placement:by_load
-//     also pins the stage threads by their CPU time per item (pipeline_options::placement,
-//     re-planned every 50 ms). tbb: parallel_pipeline,
+//     conveyor: from_range | map | map | map | sink, one worker each, with the default
+//     placement (automatic: pinned by CPU time per item while the stages alone fill the
+//     cores), /placement:os (never pinned) and /placement:by_load (always pinned); the
+//     placer re-plans every 50 ms. tbb: parallel_pipeline,
 //     every filter serial_in_order, 4 * cores tokens. serial: one loop calling the three.
 //     With "spin" the three stages need 600 us of CPU per item and the slowest needs 300 us:
 //     on 2 cores the ideal leaves no idle time anywhere, so the figure also shows how much
 //     CPU the pipeline's own waiting takes from the stages.
 //
-// Timing is wall clock (UseRealTime), construction of the pipeline included; nothing is
-// pinned (the pipeline owns its threads). The context block records the load average at
+// Timing is wall clock (UseRealTime), construction of the pipeline included; the
+// benchmark pins nothing itself (the pipeline owns its threads). The context block records the load average at
 // start: other processes on the same cores change every figure here.
 //
 // Thread-safety: a benchmark binary; each benchmark owns its pipeline and its checker.
@@ -55,6 +58,7 @@
 #include <ranges>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -71,7 +75,7 @@ using clock_type = std::chrono::steady_clock;
 
 constexpr item trivial_items = item{1} << 20;
 constexpr item overlap_items = 2000;
-// placement:by_load re-plans every 50 ms (the option's default is 200 ms): an overlap run
+// The overlap rows' placer re-plans every 50 ms (the option's default is 200 ms): a run
 // lasts ~0.6 s, and the figure is meant to show the placed steady state.
 constexpr std::chrono::milliseconds placement_period{50};
 constexpr item isolation_items = 500;
@@ -141,7 +145,8 @@ constexpr auto trivial_expected = [](item i) noexcept { return twice(add_one(i))
 using trivial_check = in_order_check<std::remove_const_t<decltype(trivial_expected)>>;
 constexpr item trivial_sum = trivial_items * (trivial_items + 1);  // sum of 2(i+1), i < n
 
-void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics) {
+void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics,
+                      conveyor::thread_placement placement) {
   const cpu_meter cpu;
   for (auto _ : state) {
     trivial_check check{trivial_expected};
@@ -150,7 +155,7 @@ void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics
                                conveyor::map(add_one).workers(workers).ordered() |
                                conveyor::map(twice).workers(workers).ordered() |
                                conveyor::sink([&check](item x) { check(x); }),
-                           conveyor::pipeline_options{.metrics = metrics}};
+                           conveyor::pipeline_options{.metrics = metrics, .placement = placement}};
       (void)p.run();
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
@@ -335,12 +340,15 @@ std::string load_average() {
 void register_all() {
   // metrics:on (the default) and metrics:off side by side: what the per-stage clocks,
   // counters and latency histogram cost per item, measured in the same run.
+  // /placement:os beside the default (automatic): what pinning by load gives.
+  using conveyor::thread_placement;
   for (const std::size_t w : {1, 2})
-    for (const bool metrics : {true, false})
-      benchmark::RegisterBenchmark(("conveyor/trivial/workers:" + std::to_string(w) +
-                                    (metrics ? "/metrics:on" : "/metrics:off"))
-                                       .c_str(),
-                                   conveyor_trivial, w, metrics)
+    for (const auto& [suffix, metrics, placement] :
+         {std::tuple{"/metrics:on", true, thread_placement::automatic},
+          std::tuple{"/metrics:off", false, thread_placement::automatic},
+          std::tuple{"/metrics:off/placement:os", false, thread_placement::os}})
+      benchmark::RegisterBenchmark(("conveyor/trivial/workers:" + std::to_string(w) + suffix).c_str(),
+                                   conveyor_trivial, w, metrics, placement)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("tbb/trivial", tbb_trivial)
@@ -357,16 +365,14 @@ void register_all() {
     const std::string suffix = std::string("/overlap/") + name;
     // One iteration of 2000 items (~0.6 to 1.5 s) per repetition: fixed, so that the
     // isolated costs measured before it belong to that very iteration's run.
-    benchmark::RegisterBenchmark(("conveyor" + suffix).c_str(), conveyor_overlap, kind,
-                                 conveyor::thread_placement::os)
-        ->UseRealTime()
-        ->Iterations(1)
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("conveyor" + suffix + "/placement:by_load").c_str(),
-                                 conveyor_overlap, kind, conveyor::thread_placement::by_load)
-        ->UseRealTime()
-        ->Iterations(1)
-        ->Unit(benchmark::kMillisecond);
+    for (const auto& [placement_suffix, placement] :
+         {std::pair{"", thread_placement::automatic}, std::pair{"/placement:os", thread_placement::os},
+          std::pair{"/placement:by_load", thread_placement::by_load}})
+      benchmark::RegisterBenchmark(("conveyor" + suffix + placement_suffix).c_str(),
+                                   conveyor_overlap, kind, placement)
+          ->UseRealTime()
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("tbb" + suffix).c_str(), tbb_overlap, kind)
         ->UseRealTime()
         ->Iterations(1)
