@@ -155,6 +155,16 @@ std::size_t cpus_of(pthread_t t) {
   return static_cast<std::size_t>(CPU_COUNT(&set));
 }
 
+// Stops and joins a test's threads however the test ends (a failed REQUIRE throws).
+struct stop_and_join {
+  std::atomic<bool>& stop;
+  std::vector<std::thread>& threads;
+  ~stop_and_join() {
+    stop.store(true);
+    for (auto& t : threads) t.join();
+  }
+};
+
 }  // namespace
 
 TEST_CASE("load_placer, automatic: pins while the shares say alone and full, else lets go") {
@@ -181,6 +191,7 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
         stages[i].worker(0).add_items(1);
       }
     });
+  const stop_and_join join_workers{stop, workers};
   while (registered.load() < 3) std::this_thread::yield();
 
   enum class seen : int { alone_half, alone_full, crowded };
@@ -218,9 +229,6 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
   shares.store(seen::alone_full);
   two_rounds();
   pinned(1);
-  placer.stop();
-  stop.store(true);
-  for (auto& w : workers) w.join();
 }
 
 TEST_CASE("pipeline: automatic placement pins nothing beside busy threads of its process") {
@@ -229,14 +237,15 @@ TEST_CASE("pipeline: automatic placement pins nothing beside busy threads of its
     return;
   }
   // One busy thread per allowed CPU: the rest of the process takes a large part of the
-  // cores whatever else the machine runs, so the pipeline's threads (which would fill
-  // these cores alone: 600 us of CPU per item over 3 stages) must stay unpinned.
+  // cores whatever else the machine runs, so the pipeline's threads (on 2 cores they
+  // would fill them alone: 600 us of CPU per item over 3 stages) must stay unpinned.
   std::atomic<bool> stop{false};
   std::vector<std::thread> busy;
   for (std::size_t i = 0; i < my_cpus().size(); ++i)
     busy.emplace_back([&] {
       while (!stop.load(std::memory_order_relaxed)) test::burn_thread_cpu(std::chrono::microseconds(100));
     });
+  const stop_and_join join_busy{stop, busy};
   constexpr int n = 300;
   std::vector<std::size_t> fewest_cpus(3, ~std::size_t{0});  // the fewest each stage saw
   const auto stage = [](std::chrono::microseconds cost, std::size_t& fewest) {
@@ -252,8 +261,6 @@ TEST_CASE("pipeline: automatic placement pins nothing beside busy threads of its
                  map(stage(microseconds(100), fewest_cpus[2])) | sink([](int) {}),
              pipeline_options{.placement_period = std::chrono::milliseconds(10)}};
   const report r = p.run();
-  stop.store(true);
-  for (auto& t : busy) t.join();
   REQUIRE(r.completed == n);
   for (const std::size_t fewest : fewest_cpus) CHECK(fewest == my_cpus().size());
 }
