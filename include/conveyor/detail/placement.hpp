@@ -264,7 +264,7 @@ class load_placer {
     if (cpus_.size() < 2) return;
     if (policy_ == pin_policy::automatic) {
       last_ticks_ = read_cpu_ticks(cpus_);
-      last_wall_ns_ = steady_ns();
+      last_wall_ns_ = metrics::now_ns();
       last_process_ns_ = metrics::process_cpu_ns();
     }
     thread_ = std::thread([this] { loop(); });
@@ -287,11 +287,6 @@ class load_placer {
 
  private:
   static constexpr std::size_t unpinned = ~std::size_t{0};
-  static std::int64_t steady_ns() noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   // Loads are measured over the last `window` periods: long enough that a stage whose
   // items come in bursts is seen at its average, short enough to follow a change.
   static constexpr std::size_t window = 8;
@@ -332,7 +327,7 @@ class load_placer {
   // The shares of the allowed cores since the last round; own_ns: the stage threads'
   // CPU time in it.
   core_shares measure(std::int64_t own_ns) {
-    const std::int64_t wall = steady_ns();
+    const std::int64_t wall = metrics::now_ns();
     const std::int64_t process = metrics::process_cpu_ns();
     const std::optional<cpu_ticks> ticks = read_cpu_ticks(cpus_);
     const double capacity =
