@@ -1,9 +1,11 @@
 // conveyor/detail/placement.hpp: pins a pipeline's stage threads to CPUs by what each
-// stage costs per item (pipeline_options::placement = thread_placement::by_load).
+// stage costs per item (pipeline_options::placement = by_load), or does so only while
+// they alone fill the cores (automatic, the default).
 //
 //   detail::thread_registry placed;                  // every stage worker adds itself
 //   ctl.placed = &placed;                            //   (worker_probe does, on its thread)
-//   detail::load_placer placer{placed, 200ms};       // re-plans every period
+//   detail::load_placer placer{placed, 200ms,        // re-plans every period
+//                              detail::pin_policy::automatic};
 //   ...                                              // the stages run
 //   placer.stop();
 //
