@@ -42,8 +42,9 @@
 //     CPU the pipeline's own waiting takes from the stages.
 //
 // Timing is wall clock (UseRealTime), construction of the pipeline included; the
-// benchmark pins nothing itself (the pipeline owns its threads). The context block records the load average at
-// start: other processes on the same cores change every figure here.
+// benchmark pins nothing itself (the pipeline owns its threads). The context block
+// records the load average at start: other processes on the same cores change every
+// figure here.
 //
 // Thread-safety: a benchmark binary; each benchmark owns its pipeline and its checker.
 #include <benchmark/benchmark.h>

@@ -113,7 +113,8 @@ TEST_CASE("parse_cpu_ticks: the allowed CPUs' lines of /proc/stat") {
   const auto both = parse_cpu_ticks(stat, {0, 1});
   REQUIRE(both);
   CHECK(both->busy == c0->busy + 15198 + 1956 + 64);
-  // "cpu1" is not "cpu10"'s prefix match, and the first line is not cpu0's.
+  // A label ends at its space: cpu1's line is not cpu10's, nor is the total line ("cpu ")
+  // any CPU's.
   const auto c10 = parse_cpu_ticks(stat, {10});
   REQUIRE(c10);
   CHECK(c10->busy == 5);

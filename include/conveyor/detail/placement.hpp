@@ -175,6 +175,9 @@ inline std::optional<cpu_ticks> parse_cpu_ticks(std::string_view stat, const std
   return sum;
 }
 
+// When a load_placer pins: always (by_load), or only by auto_pin_rule (automatic).
+enum class pin_policy { always, automatic };
+
 #if defined(__linux__)
 
 // /proc/stat's ticks for the given CPUs (nullopt: unreadable, or a CPU missing).
@@ -245,9 +248,6 @@ class placement_entry {
  private:
   thread_registry* registry_;
 };
-
-// When a load_placer pins: always (by_load), or only by auto_pin_rule (automatic).
-enum class pin_policy { always, automatic };
 
 class load_placer {
  public:
@@ -434,7 +434,6 @@ class placement_entry {
  public:
   placement_entry(thread_registry*, const metrics::stage_stats&) noexcept {}
 };
-enum class pin_policy { always, automatic };
 class load_placer {
  public:
   using shares_override = std::function<core_shares(const core_shares& measured)>;
