@@ -109,10 +109,14 @@ struct pipeline_options {
   // stage threads than cores the OS tends to wake a stage that waits for its input on
   // the core of the stage that fed it, often the slowest one, and the pipeline loses
   // what the two share. Pinning fixes that but a pinned thread cannot dodge other work.
-  // by_load: every placement_period (>= 10 ms) each stage thread's CPU time per item
-  // its stage moved (over the last 8 periods) is its load, and every stage thread is
-  // pinned to one of the CPUs this process may use, heaviest first onto the least loaded
-  // CPU; re-pinned when that makes the busiest CPU >= 10% lighter (detail/placement.hpp).
+  // by_load: 10 ms after the start, then every placement_period (>= 10 ms), each stage
+  // thread's CPU time per item its stage moved (over the last 8 periods, less what it
+  // spun away in waits) is its load, and every stage thread is pinned to one of the CPUs
+  // this process may use: heaviest first onto the least loaded CPU (LPT), or in runs of
+  // neighbouring stages, one run per CPU, when that costs less per item counting each
+  // hop between CPUs at ~20 ns (stages of nanoseconds keep their hops within a core,
+  // stages of microseconds get LPT's balance); re-pinned when a plan costs >= 10% less
+  // (detail/placement.hpp).
   // Each pipeline plans alone: for one pipeline that owns the machine's cores.
   // automatic (the default): by_load's plan, applied only while this pipeline's stage
   // threads fill the cores (>= 80 % of them) and other work (the rest of the process,
@@ -597,6 +601,9 @@ class pipeline<chain<Bound...>> {
                                        std::get<n_rings - 1>(rings).get(), &latency));
         infos.push_back(result->info());
       }
+      std::vector<const metrics::stage_stats*> chain;
+      for (const detail::stage_info& i : infos) chain.push_back(i.stats);
+      placed.set_chain(std::move(chain));
     }
 
     template <std::size_t... I>

@@ -332,20 +332,28 @@ struct scripted_ring {
 using probe_t = detail::worker_probe;
 }  // namespace
 
-TEST_CASE("worker_probe: waits are the ring's own, measured with metrics on only") {
+TEST_CASE("worker_probe: waits are the ring's own, timed with metrics on only") {
   for (const bool on : {true, false}) {
     CAPTURE(on);
     detail::control ctl{on};
     metrics::stage_stats stats{1};
-    detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
-    scripted_ring r;
-    for (std::uint32_t i = 0; i < 2 * probe_t::round_sample_period; ++i) {
-      REQUIRE(probe.pop(r) == std::optional<int>{1});
-      REQUIRE(probe.push(r, 7));
+    {
+      detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
+      scripted_ring r{.cost = {.rounds = 3}};
+      for (std::uint32_t i = 0; i < 2 * probe_t::round_sample_period; ++i) {
+        REQUIRE(probe.pop(r) == std::optional<int>{1});
+        REQUIRE(probe.push(r, 7));
+      }
+      // Every wait is the ring's blocking call with a wait_timing, on or off: the rounds
+      // it spun are counted for placement by load either way.
+      const int waits = 4 * static_cast<int>(probe_t::round_sample_period);
+      CHECK(r.measured_waits == waits);
+      CHECK(r.plain_waits == 0);
+      CHECK(stats.worker(0).spin_rounds() == 3u * static_cast<std::uint64_t>(waits));
     }
-    const int waits = 4 * static_cast<int>(probe_t::round_sample_period);
-    CHECK(r.measured_waits == (on ? waits : 0));
-    CHECK(r.plain_waits == (on ? 0 : waits));
+    // Off, nothing is timed: no busy, starved or blocked time.
+    const metrics::stage_counters c = stats.snapshot();
+    CHECK((c.busy_ns + c.starved_ns + c.blocked_ns > 0) == on);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <ranges>
 #include <string_view>
 #include <thread>
@@ -16,6 +17,8 @@
 
 #include "conveyor/metrics/clock.hpp"
 #include "conveyor/pipeline.hpp"
+#include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/detail/link.hpp"
 #include "test_support.hpp"
 
 using namespace conveyor;
@@ -44,6 +47,79 @@ TEST_CASE("plan_placement: heaviest first, each onto the least loaded CPU") {
   CHECK(plan_placement({-5.0, 1.0}, 2) == std::vector<std::size_t>{1, 0});
 }
 
+namespace {
+// Spots of a chain of single-worker stages, stage i for thread i.
+std::vector<detail::thread_spot> chain_of(std::size_t n) {
+  std::vector<detail::thread_spot> spots(n);
+  for (std::size_t i = 0; i < n; ++i) spots[i].stage = i;
+  return spots;
+}
+using plan_t = std::vector<std::size_t>;
+}  // namespace
+
+TEST_CASE("plan_runs: neighbours in chain order, the heaviest run as light as it can be") {
+  using detail::plan_runs;
+  using detail::thread_spot;
+  // Four equal stages on 2 CPUs: the first two together, the last two together.
+  CHECK(plan_runs({1, 1, 1, 1}, chain_of(4), 2) == plan_t{0, 0, 1, 1});
+  // The threads may come in any order (the registry's is when each started): the chain
+  // order is their spots'.
+  const std::vector<thread_spot> shuffled{{3, 0}, {1, 0}, {0, 0}, {2, 0}};
+  CHECK(plan_runs({1, 1, 1, 1}, shuffled, 2) == plan_t{1, 0, 0, 1});
+  // The cut that makes the heaviest run lightest: [1 3 | 1 1] (4), not [1 | 3 1 1] (5).
+  CHECK(plan_runs({1, 3, 1, 1}, chain_of(4), 2) == plan_t{0, 0, 1, 1});
+  CHECK(plan_runs({5, 1, 1, 1, 5}, chain_of(5), 3) == plan_t{0, 1, 1, 1, 2});
+  // Every CPU gets a run while there are threads to give: the bound (10) would let the
+  // three light ones share one, and CPUs would stay idle.
+  CHECK(plan_runs({1, 1, 1, 10}, chain_of(4), 4) == plan_t{0, 1, 2, 3});
+  CHECK(plan_runs({1, 1, 1, 10}, chain_of(4), 3) == plan_t{0, 1, 1, 2});
+  // More CPUs than threads, one CPU, none, negative loads (no sample: nothing).
+  CHECK(plan_runs({2, 1}, chain_of(2), 4) == plan_t{0, 1});
+  CHECK(plan_runs({2, 1, 3}, chain_of(3), 1) == plan_t{0, 0, 0});
+  CHECK(plan_runs({}, {}, 2).empty());
+  CHECK(plan_runs({-4, 1, 1}, chain_of(3), 2) == plan_t{0, 0, 1});
+  // Workers of one stage are neighbours too, in worker order.
+  const std::vector<thread_spot> two_workers{{0, 0}, {1, 1}, {1, 0}, {2, 0}};
+  CHECK(plan_runs({1, 1, 1, 1}, two_workers, 2) == plan_t{0, 1, 0, 1});
+}
+
+TEST_CASE("cross_hops: how often an item changes CPU under a plan") {
+  using detail::cross_hops;
+  using detail::thread_spot;
+  CHECK(cross_hops(chain_of(4), {0, 0, 1, 1}) == Approx(1.0));
+  CHECK(cross_hops(chain_of(4), {0, 1, 0, 1}) == Approx(3.0));
+  CHECK(cross_hops(chain_of(4), {1, 1, 1, 1}) == Approx(0.0));
+  // A two-worker stage in the middle: an item takes either worker, so each hop beside it
+  // crosses for half the items.
+  const std::vector<thread_spot> two_workers{{0, 0}, {1, 0}, {1, 1}, {2, 0}};
+  CHECK(cross_hops(two_workers, {0, 0, 1, 1}) == Approx(1.0));
+  CHECK(cross_hops(two_workers, {0, 1, 0, 1}) == Approx(1.0));
+  CHECK(cross_hops(two_workers, {0, 1, 1, 0}) == Approx(2.0));
+  // A thread of no known stage talks to nobody; a gap in the chain is no hop.
+  CHECK(cross_hops({{0, 0}, {thread_spot::no_stage, 0}, {1, 0}}, {0, 1, 0}) == Approx(0.0));
+  CHECK(cross_hops({{0, 0}, {2, 0}}, {0, 1}) == Approx(0.0));
+}
+
+TEST_CASE("plan_threads: LPT's balance for microsecond stages, runs for nanosecond ones") {
+  using detail::plan_threads;
+  // bench_pipeline's overlap stages (ns per item): 300 us alone, as LPT has it; the best
+  // runs ([src 200 | 300 100 sink]: 400 us) would cost a third more per item.
+  const std::vector<double> overlap{10, 200'000, 300'000, 100'000, 20};
+  CHECK(plan_threads(overlap, chain_of(5), 2) == plan_placement(overlap, 2));
+  // Its trivial stages (source, x+1, x*2, sink) as measured in a first round: LPT
+  // balances them a little better than the runs, but every hop crosses.
+  const std::vector<double> trivial{13.9, 22.0, 20.1, 12.3};
+  CHECK(plan_placement(trivial, 2) == plan_t{1, 0, 1, 0});
+  CHECK(plan_threads(trivial, chain_of(4), 2) == plan_t{0, 0, 1, 1});
+  // The cost: the busiest CPU plus the hops.
+  CHECK(detail::plan_cost(trivial, chain_of(4), {0, 0, 1, 1}, 2) ==
+        Approx(35.9 + detail::cross_hop_ns));
+  CHECK(detail::plan_cost(trivial, chain_of(4), {1, 0, 1, 0}, 2) ==
+        Approx(34.3 + 3 * detail::cross_hop_ns));
+  // Equal costs go to the runs.
+  CHECK(plan_threads({1, 1}, chain_of(2), 2) == plan_t{0, 1});
+}
+
 TEST_CASE("load_per_item: CPU time per item the stage moved") {
   using detail::load_per_item;
   CHECK(load_per_item(300'000, 1000) == Approx(300.0));
@@ -52,6 +128,38 @@ TEST_CASE("load_per_item: CPU time per item the stage moved") {
   CHECK(load_per_item(0, 0) == 0.0);
   // A clock read that went backwards (it cannot, but a load is never negative).
   CHECK(load_per_item(-10, 3) == 0.0);
+  // Time spun in waits is not load.
+  CHECK(load_per_item(300'000, 1000, 100'000.0) == Approx(200.0));
+  CHECK(load_per_item(300'000, 1000, 400'000.0) == 0.0);
+  CHECK(load_per_item(300'000, 1000, -5.0) == Approx(300.0));
+  // What a spin round costs: measured, a pause and a load (nanoseconds, not micro).
+  CHECK(detail::spin_round_ns() > 0.0);
+  CHECK(detail::spin_round_ns() < 10'000.0);
+}
+
+TEST_CASE("worker_probe: counts the rounds its waits spin, with metrics off too") {
+  for (const bool metrics_on : {false, true}) {
+    detail::control ctl{metrics_on};
+    metrics::stage_stats stats{1};
+    detail::ring_link<int> ring{16, {.pushers = 1, .poppers = 1}};
+    detail::worker_probe probe{ctl, stats, 0, nullptr, "stage", nullptr};
+    // The element comes long after the spin gave up: the wait spun every round it allows
+    // (16 at least) before it slept.
+    std::thread late{[&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      (void)ring.try_push(7);
+    }};
+    const auto v = probe.pop(ring);
+    late.join();
+    REQUIRE(v.has_value());
+    CHECK(*v == 7);
+    CHECK(stats.worker(0).spin_rounds() >= 16);
+    // One found at once spins no round.
+    const std::uint64_t before = stats.worker(0).spin_rounds();
+    REQUIRE(ring.try_push(8));
+    CHECK(probe.pop(ring) == std::optional<int>{8});
+    CHECK(stats.worker(0).spin_rounds() == before);
+  }
 }
 
 TEST_CASE("auto_pin_rule: pins while alone and full, lets go when others come or it idles") {
@@ -185,7 +293,7 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
   for (std::size_t i = 0; i < 3; ++i)
     workers.emplace_back([&, i] {
       handles[i] = pthread_self();
-      const detail::placement_entry entry{&registry, stages[i]};
+      const detail::placement_entry entry{&registry, stages[i], 0};
       registered.fetch_add(1);
       while (!stop.load()) {
         test::burn_thread_cpu(std::chrono::microseconds(50 * (i + 1)));

@@ -19,17 +19,26 @@
 // it stays off it; pinned by hand (300 us alone, 200 + 100 together) it is 0.966-0.982
 // in every run (see benchmarks/RESULTS.md).
 //
-// What it does: every period it reads each worker thread's CPU time (its thread CPU
-// clock) and the items its stage moved, and takes the CPU time per item over the last
-// `window` periods as the worker's load: what it needs for the pipeline to move one
+// What it does: every period (the first round 10 ms after the start) it reads each
+// worker thread's CPU time (its thread CPU clock), the rounds it spun in waits and the
+// items its stage moved, and takes the CPU time per item over the last `window` periods,
+// less the spinning, as the worker's load: what it needs for the pipeline to move one
 // item. Per item, not per period: a stage squeezed onto a shared core moves fewer items
 // and uses less CPU, but not less per item, so the measure does not depend on the
 // placement it is meant to correct, and a stage that runs ahead of a slower one while
 // its output ring fills does not look heavier than it is. (Wall-clock busy time cannot
 // serve: two stages sharing a core both look 100% busy.) It then assigns the workers to
-// the CPUs this process may run on, heaviest first, each to the CPU with the least load
-// so far (LPT), and pins each thread to its CPU. Once all are pinned, a new plan is
-// applied only when it makes the busiest CPU at least 10% lighter.
+// the CPUs this process may run on, in one of two ways: heaviest first, each to the CPU
+// with the least load so far (LPT), or the threads in chain order cut into runs of
+// neighbours, one run per CPU, the heaviest run as light as a cut can make it. LPT
+// balances best; the runs hand items over within a core, where LPT tends to alternate
+// neighbours between cores (four equal stages on two: every hop crosses). A hop across
+// cores costs an item ~20 ns more than one within a core (both cache lines of the ring
+// slot travel), so it takes the plan whose busiest CPU's load plus 20 ns per crossing is
+// lower: the runs for stages of nanoseconds (bench_pipeline's trivial chain: from ~26 to
+// ~36 M items/s, benchmarks/RESULTS.md), LPT for stages of microseconds. Then it pins each
+// thread to its CPU. Once all are pinned, a new plan is applied only when it costs at
+// least 10% less per item.
 //
 // Automatic (pipeline_options::placement = automatic, the default): the same plan, but
 // applied only while it cannot hurt anyone else. Every round the placer also measures
@@ -67,6 +76,7 @@
 
 #include "conveyor/metrics/clock.hpp"
 #include "conveyor/metrics/stage_stats.hpp"
+#include "conveyor/ring/detail/wait.hpp"  // cpu_relax(): what a wait's spin does
 
 namespace conveyor::detail {
 
@@ -88,12 +98,168 @@ inline std::vector<std::size_t> plan_placement(const std::vector<double>& loads,
   return plan;
 }
 
+// Where a stage thread sits in the pipeline: its stage's position in the chain (0: the
+// first stage; no_stage: unknown, it then counts as talking to nobody) and which of the
+// stage's workers it is.
+struct thread_spot {
+  static constexpr std::size_t no_stage = ~std::size_t{0};
+  std::size_t stage = no_stage;
+  std::size_t worker = 0;
+  friend bool operator<(const thread_spot& a, const thread_spot& b) noexcept {
+    return a.stage != b.stage ? a.stage < b.stage : a.worker < b.worker;
+  }
+};
+
+// Runs: the threads in chain order (by spot), cut into min(cpus, threads) runs of
+// consecutive threads, run r on CPU r, so that the heaviest run is as light as it can be.
+// A run of neighbours hands most items over within one core. Returns the CPU index of each.
+inline std::vector<std::size_t> plan_runs(const std::vector<double>& loads,
+                                          const std::vector<thread_spot>& spots, std::size_t cpus) {
+  const std::size_t n = loads.size();
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return spots[a] < spots[b]; });
+  std::vector<double> w(n);
+  for (std::size_t i = 0; i < n; ++i) w[i] = std::max(loads[order[i]], 0.0);
+  const std::size_t runs = std::min(std::max<std::size_t>(cpus, 1), n);
+  std::vector<std::size_t> plan(n, 0);
+  if (runs == 0) return plan;
+  // Cuts (the first thread of each run after the first), greedily under a bound: each
+  // run takes threads while it stays within it.
+  const auto cut = [&](double bound) {
+    std::vector<std::size_t> starts{0};
+    double sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i > 0 && sum + w[i] > bound) {
+        starts.push_back(i);
+        sum = 0;
+      }
+      sum += w[i];
+    }
+    return starts;
+  };
+  // The lightest bound that needs no more runs than CPUs: bisection between the heaviest
+  // thread (no run can be lighter) and all of them together (one run).
+  double lo = *std::max_element(w.begin(), w.end());
+  double hi = std::max(std::accumulate(w.begin(), w.end(), 0.0), lo);
+  for (int i = 0; i < 64 && hi - lo > 1e-9 * hi; ++i) {
+    const double mid = lo + (hi - lo) / 2;
+    (cut(mid).size() <= runs ? hi : lo) = mid;
+  }
+  std::vector<std::size_t> starts = cut(hi);
+  // Fewer runs than CPUs (the bound left some idle): split the heaviest run that has two
+  // threads or more where its heavier half is lightest, until every CPU has a run.
+  const auto sum_of = [&](std::size_t from, std::size_t to) {
+    return std::accumulate(w.begin() + static_cast<std::ptrdiff_t>(from),
+                           w.begin() + static_cast<std::ptrdiff_t>(to), 0.0);
+  };
+  while (starts.size() < runs) {
+    std::size_t best = starts.size();
+    double heaviest = -1;
+    for (std::size_t r = 0; r < starts.size(); ++r) {
+      const std::size_t end = r + 1 < starts.size() ? starts[r + 1] : n;
+      if (end - starts[r] >= 2 && sum_of(starts[r], end) > heaviest) {
+        heaviest = sum_of(starts[r], end);
+        best = r;
+      }
+    }
+    const std::size_t from = starts[best], end = best + 1 < starts.size() ? starts[best + 1] : n;
+    std::size_t at = from + 1;
+    double lightest = heaviest + 1;
+    for (std::size_t c = from + 1; c < end; ++c) {
+      const double worse = std::max(sum_of(from, c), sum_of(c, end));
+      if (worse < lightest) {
+        lightest = worse;
+        at = c;
+      }
+    }
+    starts.insert(starts.begin() + static_cast<std::ptrdiff_t>(best) + 1, at);
+  }
+  for (std::size_t r = 0; r < starts.size(); ++r) {
+    const std::size_t end = r + 1 < starts.size() ? starts[r + 1] : n;
+    for (std::size_t i = starts[r]; i < end; ++i) plan[order[i]] = r;
+  }
+  return plan;
+}
+
+// How many times an item crosses from one CPU to another under a plan, on average: for
+// each pair of neighbouring stages, the share of their thread pairs that the plan puts on
+// different CPUs (items spread evenly over a stage's workers).
+inline double cross_hops(const std::vector<thread_spot>& spots, const std::vector<std::size_t>& plan) {
+  double hops = 0;
+  for (std::size_t a = 0; a < spots.size(); ++a) {
+    if (spots[a].stage == thread_spot::no_stage) continue;
+    std::size_t pairs = 0, split = 0;
+    for (std::size_t b = 0; b < spots.size(); ++b) {
+      if (spots[b].stage != spots[a].stage + 1) continue;
+      ++pairs;
+      if (plan[a] != plan[b]) ++split;
+    }
+    if (pairs == 0) continue;
+    std::size_t here = 0;  // threads of a's stage
+    for (const thread_spot& s : spots) here += s.stage == spots[a].stage ? 1 : 0;
+    hops += static_cast<double>(split) / static_cast<double>(pairs * here);
+  }
+  return hops;
+}
+
+// What a hop between two CPUs costs an item beyond one within a CPU, in the loads' unit
+// (ns of CPU time per item): the two cache lines of the ring slot travel. Measured on
+// bench_pipeline's trivial chain here (benchmarks/RESULTS.md, "Runs of neighbours"): of
+// an order that matters for stages of tens of ns per item, nothing beside ones of 100 us.
+inline constexpr double cross_hop_ns = 20.0;
+
+// A plan's cost per item: its busiest CPU's load plus the hops between CPUs.
+inline double plan_cost(const std::vector<double>& loads, const std::vector<thread_spot>& spots,
+                        const std::vector<std::size_t>& plan, std::size_t cpus) {
+  std::vector<double> per_cpu(std::max<std::size_t>(cpus, 1), 0.0);
+  for (std::size_t i = 0; i < loads.size(); ++i) per_cpu[plan[i]] += std::max(loads[i], 0.0);
+  return *std::max_element(per_cpu.begin(), per_cpu.end()) + cross_hop_ns * cross_hops(spots, plan);
+}
+
+// The plan placement by load applies: LPT (the lightest busiest CPU) or runs of
+// neighbours (the fewest hops between CPUs), whichever costs less per item; ties go to
+// the runs. Stages of microseconds per item get LPT's balance, stages of nanoseconds
+// the runs' short hops.
+inline std::vector<std::size_t> plan_threads(const std::vector<double>& loads,
+                                             const std::vector<thread_spot>& spots,
+                                             std::size_t cpus) {
+  std::vector<std::size_t> runs = plan_runs(loads, spots, cpus);
+  std::vector<std::size_t> lpt = plan_placement(loads, cpus);
+  return plan_cost(loads, spots, lpt, cpus) < plan_cost(loads, spots, runs, cpus) ? lpt : runs;
+}
+
 // A worker's load over a window: CPU time spent per item its stage moved. A window in
 // which the stage moved nothing counts as one item (a stage busy with its first, or one
-// long item, is heavy; one that only waited used next to no CPU).
-inline double load_per_item(std::int64_t cpu_ns, std::uint64_t items) noexcept {
-  return static_cast<double>(std::max<std::int64_t>(cpu_ns, 0)) /
+// long item, is heavy; one that only waited used next to no CPU). spun_ns: what of the
+// CPU time went into spinning in waits; it is not load. A thread that has a core to
+// itself spins while it waits, so without this its load would grow to fill whatever
+// core it was given, and a plan that gave a light stage a core alone would confirm itself.
+inline double load_per_item(std::int64_t cpu_ns, std::uint64_t items, double spun_ns = 0) noexcept {
+  return std::max(static_cast<double>(cpu_ns) - std::max(spun_ns, 0.0), 0.0) /
          static_cast<double>(std::max<std::uint64_t>(items, 1));
+}
+
+// What one round of a wait's spin costs (a pause and a re-check), as measured once per
+// process: the fastest of a few timed runs of pauses and relaxed loads. The fastest, so
+// that a preempted run cannot make it large: too large, it would take work for spinning.
+inline double spin_round_ns() {
+  static const double ns = [] {
+    std::atomic<std::uint64_t> word{0};
+    constexpr int rounds = 2000;
+    double best = 1e9;
+    for (int run = 0; run < 5; ++run) {
+      const std::int64_t from = metrics::now_ns();
+      for (int i = 0; i < rounds; ++i) {
+        if (word.load(std::memory_order_relaxed) == 1) break;  // never: the spin's re-check
+        cpu_relax();
+      }
+      best = std::min(best, static_cast<double>(metrics::now_ns() - from) / rounds);
+    }
+    return best;
+  }();
+  return ns;
 }
 
 // What took the cores a pipeline may use during one placer round, each as a fraction of
@@ -201,12 +367,24 @@ class thread_registry {
     pthread_t thread;
     clockid_t cpu_clock;
     const metrics::stage_stats* stage;
+    std::size_t worker;  // which of the stage's workers
   };
 
-  // Adds the calling thread. false: not added (no CPU clock, out of memory); the worker
-  // then runs where the OS puts it.
-  bool add(const metrics::stage_stats& stage) noexcept {
-    entry e{pthread_self(), {}, &stage};
+  // Setup only (before any worker runs): the stages in chain order, by their counters, so
+  // the placer knows which threads hand items to which (see spot()).
+  void set_chain(std::vector<const metrics::stage_stats*> stages) { chain_ = std::move(stages); }
+  // Where a worker sits in the chain; stage no_stage when its stage is not in it.
+  thread_spot spot(const entry& e) const noexcept {
+    const auto at = std::find(chain_.begin(), chain_.end(), e.stage);
+    return {at == chain_.end() ? thread_spot::no_stage
+                               : static_cast<std::size_t>(at - chain_.begin()),
+            e.worker};
+  }
+
+  // Adds the calling thread, worker `worker` of `stage`. false: not added (no CPU clock,
+  // out of memory); the worker then runs where the OS puts it.
+  bool add(const metrics::stage_stats& stage, std::size_t worker) noexcept {
+    entry e{pthread_self(), {}, &stage, worker};
     if (pthread_getcpuclockid(e.thread, &e.cpu_clock) != 0) return false;
     try {
       const std::lock_guard lock{mutex_};
@@ -231,14 +409,16 @@ class thread_registry {
  private:
   std::mutex mutex_;
   std::vector<entry> live_;
+  std::vector<const metrics::stage_stats*> chain_;
 };
 
 // A stage worker's membership in the registry, for as long as it runs: construct it on
 // the worker's thread (registry null: placement is off, nothing happens).
 class placement_entry {
  public:
-  placement_entry(thread_registry* registry, const metrics::stage_stats& stage) noexcept
-      : registry_(registry != nullptr && registry->add(stage) ? registry : nullptr) {}
+  placement_entry(thread_registry* registry, const metrics::stage_stats& stage,
+                  std::size_t worker) noexcept
+      : registry_(registry != nullptr && registry->add(stage, worker) ? registry : nullptr) {}
   ~placement_entry() {
     if (registry_ != nullptr) registry_->remove(pthread_self());
   }
@@ -295,6 +475,7 @@ class load_placer {
   struct look {
     std::int64_t cpu_ns;
     std::uint64_t items;
+    std::uint64_t spin_rounds;  // the worker's, in waits
   };
   struct seen {
     pthread_t thread;
@@ -302,12 +483,18 @@ class load_placer {
     std::size_t cpu;          // index into cpus_ it is pinned to, or unpinned
   };
 
-  // The first round comes after a fifth of a period (10 ms at least): a load per item
-  // needs only a few items, and until the first plan the OS's placement, right or
-  // wrong, stands.
+  // The first round comes 10 ms after the start, whatever the period: a load per item
+  // needs only a few items, until the first plan the OS's placement (right or wrong)
+  // stands, and a run of a few tens of milliseconds should not spend most of it there.
+  // Over 10 ms /proc/stat's ticks cannot tell other processes' share from nothing (the
+  // tick allowance is about 1), so automatic goes by the stage threads' own share then:
+  // at `fill` or more, other work had less than the rest. The next round, a period
+  // later, sees the machine's share again.
+  static constexpr std::chrono::milliseconds first_round{10};
   void loop() {
+    round_ns_ = spin_round_ns();
     std::unique_lock lock{mutex_};
-    auto wait = std::max<std::chrono::milliseconds>(period_ / 5, std::chrono::milliseconds(10));
+    auto wait = std::min(first_round, period_);
     while (!wake_.wait_for(lock, wait, [this] { return stopping_; })) {
       lock.unlock();
       place();
@@ -318,13 +505,7 @@ class load_placer {
     }
   }
 
-  // The load of the busiest CPU under an assignment.
-  double busiest(const std::vector<double>& loads, const std::vector<std::size_t>& cpu_of) const {
-    std::vector<double> per_cpu(cpus_.size(), 0.0);
-    for (std::size_t i = 0; i < loads.size(); ++i) per_cpu[cpu_of[i]] += loads[i];
-    return *std::max_element(per_cpu.begin(), per_cpu.end());
-  }
-  static constexpr double min_gain = 0.9;  // re-pin only for a 10% lighter busiest CPU
+  static constexpr double min_gain = 0.9;  // re-pin only for a plan 10% cheaper per item
 
   // The shares of the allowed cores since the last round; own_ns: the stage threads'
   // CPU time in it.
@@ -365,34 +546,40 @@ class load_placer {
     workers_.with_live([this](const std::vector<thread_registry::entry>& live) {
       std::vector<seen> now;
       std::vector<double> loads;
+      std::vector<thread_spot> spots;
       std::int64_t own_ns = 0;  // the stage threads' CPU time since the last round
       for (const auto& w : live) {
-        const look current{metrics::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items};
+        const look current{metrics::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items,
+                           w.stage->worker(w.worker).spin_rounds()};
         const auto before = std::find_if(seen_.begin(), seen_.end(), [&](const seen& s) {
           return pthread_equal(s.thread, w.thread) != 0;
         });
         // A worker seen for the first time is measured from its start.
         seen s{w.thread, {}, unpinned};
         if (before != seen_.end()) s = std::move(*before);
-        const look oldest = s.looks.empty() ? look{0, 0} : s.looks.front();
+        const look oldest = s.looks.empty() ? look{0, 0, 0} : s.looks.front();
         own_ns += current.cpu_ns - (s.looks.empty() ? 0 : s.looks.back().cpu_ns);
-        loads.push_back(load_per_item(current.cpu_ns - oldest.cpu_ns, current.items - oldest.items));
+        loads.push_back(load_per_item(
+            current.cpu_ns - oldest.cpu_ns, current.items - oldest.items,
+            static_cast<double>(current.spin_rounds - oldest.spin_rounds) * round_ns_));
         if (s.looks.size() == window) s.looks.erase(s.looks.begin());
         s.looks.push_back(current);
         now.push_back(std::move(s));
+        spots.push_back(workers_.spot(w));
       }
       if (policy_ == pin_policy::automatic && !rule_.next(measure(own_ns))) {
         unpin(now);
         seen_ = std::move(now);
         return;
       }
-      const std::vector<std::size_t> plan = plan_placement(loads, cpus_.size());
+      const std::vector<std::size_t> plan = plan_threads(loads, spots, cpus_.size());
       const bool all_pinned = std::all_of(now.begin(), now.end(),
                                           [](const seen& s) { return s.cpu != unpinned; });
       if (all_pinned && !now.empty()) {
         std::vector<std::size_t> current(now.size());
         for (std::size_t i = 0; i < now.size(); ++i) current[i] = now[i].cpu;
-        if (busiest(loads, plan) >= min_gain * busiest(loads, current)) {
+        if (plan_cost(loads, spots, plan, cpus_.size()) >=
+            min_gain * plan_cost(loads, spots, current, cpus_.size())) {
           seen_ = std::move(now);  // no clear gain: nothing moves
           return;
         }
@@ -414,8 +601,10 @@ class load_placer {
   const std::vector<int> cpus_;
   const pin_policy policy_;
   const shares_override override_;
+
   // The placer thread only (after the constructor):
   std::vector<seen> seen_;
+  double round_ns_ = 0;  // spin_round_ns(), measured here rather than in start()
   auto_pin_rule rule_;
   std::int64_t last_wall_ns_ = 0, last_process_ns_ = 0;
   std::optional<cpu_ticks> last_ticks_;
@@ -429,10 +618,13 @@ class load_placer {
 #else
 
 // Elsewhere nothing is pinned: the OS places the threads.
-class thread_registry {};
+class thread_registry {
+ public:
+  void set_chain(std::vector<const metrics::stage_stats*>) {}
+};
 class placement_entry {
  public:
-  placement_entry(thread_registry*, const metrics::stage_stats&) noexcept {}
+  placement_entry(thread_registry*, const metrics::stage_stats&, std::size_t) noexcept {}
 };
 class load_placer {
  public:

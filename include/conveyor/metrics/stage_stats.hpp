@@ -78,6 +78,9 @@ class alignas(cache_line_size) worker_stats {
   void add_busy(std::int64_t ns) noexcept { bump(busy_ns_, positive(ns)); }
   void add_starved(std::int64_t ns) noexcept { bump(starved_ns_, positive(ns)); }
   void add_blocked(std::int64_t ns) noexcept { bump(blocked_ns_, positive(ns)); }
+  // Rounds spun in blocking waits (a pause and a re-check each): CPU time the worker
+  // burnt waiting, which placement by load takes out of the worker's load.
+  void add_spin_rounds(std::uint64_t n) noexcept { bump(spin_rounds_, n); }
   // n: the number of elements in the stage's input ring, e.g. ring.size_approx().
   void sample_occupancy(std::size_t n) noexcept {
     bump(occupancy_sum_, n);
@@ -89,6 +92,7 @@ class alignas(cache_line_size) worker_stats {
 
   // Any thread.
   std::uint64_t items() const noexcept { return items_.load(std::memory_order_relaxed); }
+  std::uint64_t spin_rounds() const noexcept { return spin_rounds_.load(std::memory_order_relaxed); }
   stage_counters snapshot() const noexcept {
     // relaxed: every counter is an independent statistic; nothing else is published
     // through it. Each load returns a value the writer stored (atomics never tear).
@@ -121,6 +125,7 @@ class alignas(cache_line_size) worker_stats {
   std::atomic<std::uint64_t> occupancy_sum_{0};
   std::atomic<std::uint64_t> occupancy_samples_{0};
   std::atomic<std::uint64_t> occupancy_max_{0};
+  std::atomic<std::uint64_t> spin_rounds_{0};
 };
 static_assert(sizeof(worker_stats) == cache_line_size,
               "worker_stats: each worker's counters must own exactly one cache line");

@@ -311,7 +311,7 @@ class worker_probe {
   worker_probe(const control& ctl, metrics::stage_stats& stage, std::size_t worker,
                metrics::trace_track* track, const char* span_name, const char* counter_name) noexcept
       : on_(ctl.metrics_on), w_(&stage.worker(worker)), clock_(*w_), track_(on_ ? track : nullptr),
-        span_(span_name), counter_(counter_name), placement_(ctl.placed, stage),
+        span_(span_name), counter_(counter_name), placement_(ctl.placed, stage, worker),
         occupancy_due_(on_), mark_period_(!on_ ? no_marks : track_ != nullptr ? 1 : 64) {}
   worker_probe(const worker_probe&) = delete;
   worker_probe& operator=(const worker_probe&) = delete;
@@ -325,7 +325,6 @@ class worker_probe {
   template <class Ring>
   CONVEYOR_HOT_INLINE auto pop(Ring& in, std::size_t* pos = nullptr) {
     if (auto v = in.try_pop(pos)) return v;
-    if (!on_) return in.pop(pos);
     return wait_as(wait_for::input, [&](wait_timing* t) { return in.pop(pos, t); });
   }
   // Pushes to the output ring; waits are charged as blocked, measured as in pop().
@@ -334,7 +333,6 @@ class worker_probe {
     requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
   CONVEYOR_HOT_INLINE bool push(Ring& out, T&& v) {
     if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
-    if (!on_) return out.push(std::move(v));
     return wait_as(wait_for::room, [&](wait_timing* t) { return out.push(std::move(v), t); });
   }
   // As push(out, T(args...)), but when there is room (the common case) the element is
@@ -351,9 +349,11 @@ class worker_probe {
   // Runs a blocking wait and charges it as starved (waiting for input) or blocked
   // (waiting for room downstream). wait(timing) waits as it would for anyone (a ring's
   // blocking pop or push, a wait_point) and adds to *timing what the wait cost
-  // (wait_timing: the rounds it spun, and the clock readings its slow path took anyway);
-  // timing is null with metrics off. The rounds are charged at the learned cost of a
-  // round, the slow path as read. A wait that reached the slow path (a yield at least:
+  // (wait_timing: the rounds it spun, and the clock readings its slow path took anyway).
+  // The rounds spun are counted with metrics off too (placement by load takes them out of
+  // the worker's load: a thread that spins while its core has room looks no heavier
+  // than it is). With metrics, the rounds are charged at the learned cost of a round,
+  // the slow path as read. A wait that reached the slow path (a yield at least:
   // microseconds) also closes the phase at its last reading, so that a running report
   // shows a stage that has waited for seconds as waiting. So a wait reads no clock of
   // its own, except the sampled one, timed with the clock around it to keep the cost of
@@ -362,16 +362,22 @@ class worker_probe {
   enum class wait_for : bool { input, room };
   template <class Wait>
   auto wait_as(wait_for kind, Wait&& wait) -> decltype(wait(nullptr)) {
-    if (!on_) return wait(nullptr);
     wait_timing t;
+    if (!on_) {
+      auto r = wait(&t);
+      w_->add_spin_rounds(t.rounds);
+      return r;
+    }
     if (track_ != nullptr || waits_++ % round_sample_period == 0) {
       before_wait();
       auto r = wait(&t);
+      w_->add_spin_rounds(t.rounds);
       const metrics::phase p = kind == wait_for::input ? clock_.starved() : clock_.blocked();
       learn_round(p.length_ns() - t.slow_ns, t.rounds);
       return r;
     }
     auto r = wait(&t);
+    w_->add_spin_rounds(t.rounds);
     (kind == wait_for::input ? pending_starved_ns_ : pending_blocked_ns_) +=
         std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
     if (t.end_ns != 0) (void)charge_until(t.end_ns);
