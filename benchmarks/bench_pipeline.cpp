@@ -8,7 +8,9 @@
 // Two questions, two families of names:
 //
 // <peer>/trivial[/workers:W/metrics:on|off[/placement:os] | /tokens:T]  per-item overhead.
-//     1<<20 items per iteration go
+//     1<<22 items per iteration (long enough that the placer's first round, 10 ms in,
+//     has pinned the stage threads for most of it: what a pipeline that runs for a while
+//     gets) go
 //     source (serial, in order) -> map x+1 (parallel) -> map x*2 (parallel) -> sink (serial,
 //     in order); the sink checks that item i arrives i-th with value 2(i+1), and the sum.
 //     conveyor: from_range | map.workers(W).ordered() | map.workers(W).ordered() | sink,
@@ -74,7 +76,7 @@ namespace {
 using item = std::uint64_t;
 using clock_type = std::chrono::steady_clock;
 
-constexpr item trivial_items = item{1} << 20;
+constexpr item trivial_items = item{1} << 22;
 constexpr item overlap_items = 2000;
 // The overlap rows' placer re-plans every 50 ms (the option's default is 200 ms): a run
 // lasts ~0.6 s, and the figure is meant to show the placed steady state.

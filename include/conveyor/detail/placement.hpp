@@ -33,12 +33,12 @@
 // neighbours, one run per CPU, the heaviest run as light as a cut can make it. LPT
 // balances best; the runs hand items over within a core, where LPT tends to alternate
 // neighbours between cores (four equal stages on two: every hop crosses). A hop across
-// cores costs an item ~20 ns more than one within a core (both cache lines of the ring
-// slot travel), so it takes the plan whose busiest CPU's load plus 20 ns per crossing is
-// lower: the runs for stages of nanoseconds (bench_pipeline's trivial chain: from ~26 to
-// ~36 M items/s, benchmarks/RESULTS.md), LPT for stages of microseconds. Then it pins each
-// thread to its CPU. Once all are pinned, a new plan is applied only when it costs at
-// least 10% less per item.
+// cores costs an item more than one within a core (the ring slot's cache lines travel),
+// so it takes the plan whose busiest CPU's load plus cross_hop_ns per crossing is lower:
+// the runs for stages of nanoseconds (bench_pipeline's trivial chain: medians 25 -> 34
+// M items/s, benchmarks/RESULTS.md, "Runs of neighbours"), LPT for stages of
+// microseconds. Then it pins each thread to its CPU. Once all are pinned, a new plan is
+// applied only when it costs at least 10% less per item.
 //
 // Automatic (pipeline_options::placement = automatic, the default): the same plan, but
 // applied only while it cannot hurt anyone else. Every round the placer also measures
@@ -205,9 +205,11 @@ inline double cross_hops(const std::vector<thread_spot>& spots, const std::vecto
 }
 
 // What a hop between two CPUs costs an item beyond one within a CPU, in the loads' unit
-// (ns of CPU time per item): the two cache lines of the ring slot travel. Measured on
-// bench_pipeline's trivial chain here (benchmarks/RESULTS.md, "Runs of neighbours"): of
-// an order that matters for stages of tens of ns per item, nothing beside ones of 100 us.
+// (ns of CPU time per item): the ring slot's cache lines travel. On 2 vCPUs here, ~7 ns
+// of core time per crossing (the trivial chain pinned by hand, benchmarks/RESULTS.md,
+// "Runs of neighbours"); counted at 20 for machines where the lines travel farther
+// (another CCX, another socket). It decides only between plans whose balance differs by
+// less than a few crossings: for stages of tens of ns, never for stages of microseconds.
 inline constexpr double cross_hop_ns = 20.0;
 
 // A plan's cost per item: its busiest CPU's load plus the hops between CPUs.
