@@ -49,6 +49,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -86,6 +87,14 @@ enum class thread_placement {
   os,         // wherever the OS scheduler puts them
   by_load,    // each pinned to one CPU, balanced by the stages' measured CPU time per item
 };
+
+constexpr std::string_view to_string(thread_placement p) noexcept {
+  switch (p) {
+    case thread_placement::os: return "os";
+    case thread_placement::by_load: return "by_load";
+    default: return "automatic";
+  }
+}
 
 struct pipeline_options {
   // Every ring between two stages (power of two). An ordered map of W workers on lanes
@@ -477,6 +486,11 @@ class pipeline<chain<Bound...>> {
       r.cpus = metrics::usable_cpus();
       const std::int64_t cpu_end = st.joined ? st.end_cpu_ns : metrics::process_cpu_ns();
       r.process_cpu_s = metrics::ns_to_s(std::max<std::int64_t>(cpu_end - st.start_cpu_ns, 0));
+    }
+    r.placement.mode = to_string(st.options.placement);
+    if (st.placer) {  // made in start() before the progress thread, kept until destruction
+      r.placement.rounds = st.placer->rounds();
+      r.placement.pinned_rounds = std::min(st.placer->pinned_rounds(), r.placement.rounds);
     }
     std::int64_t gpu_busy_ns = 0;
     for (const detail::stage_info& i : st.infos) {

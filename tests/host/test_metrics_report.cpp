@@ -67,6 +67,7 @@ m::report report_from_counters() {
   r.runtime = "host";
   r.cpus = 2;
   r.process_cpu_s = 1.5;  // 0.75 cores busy of 2 over the 2 s
+  r.placement = {"automatic", 9, 7};
   r.stages.push_back(m::make_stage_report("read", m::stage_kind::source, read, 0));
   r.stages.push_back(m::make_stage_report("normalize", m::stage_kind::map, normalize, 64));
   r.stages.push_back(m::make_stage_report("batch", m::stage_kind::batch, batch, 64));
@@ -133,7 +134,8 @@ TEST_CASE("report: operator<< prints one row per stage and lane, and the verdict
         "cancelled 4", "3195.0 items/s", "GPU busy 20.0%", "normalize", "map", "97.0",
         "62.0/64/64", "write \"out\"", "lane", "H2D GB/s", "9.63", "100 batches, mean size 64.0 of max 64",
         "latency ms", "p99", "item", "verdict: cpu_stage_bound ('normalize')", "advice: add workers",
-        "CPU: the process kept 0.75 of its 2 cores busy (37.5%)"})
+        "CPU: the process kept 0.75 of its 2 cores busy (37.5%)",
+        "placement: automatic, stage threads pinned after 7 of 9 rounds"})
     REQUIRE(s.find(needle) != std::string::npos);
   REQUIRE(s.find("in flight") == std::string::npos);
   r.produced = 6410;
@@ -155,6 +157,9 @@ TEST_CASE("report: to_json parses and round-trips every number") {
   REQUIRE(j["runtime"] == "host");
   REQUIRE(j["cpus"] == r.cpus);
   REQUIRE(j["process_cpu_s"].get<double>() == r.process_cpu_s);
+  REQUIRE(j["placement"]["mode"] == "automatic");
+  REQUIRE(j["placement"]["rounds"] == 9);
+  REQUIRE(j["placement"]["pinned_rounds"] == 7);
   REQUIRE(j["gpu_busy_fraction"].get<double>() == r.gpu_busy_fraction);
   REQUIRE(j["stages"].size() == r.stages.size());
   for (std::size_t i = 0; i < r.stages.size(); ++i) {
@@ -216,6 +221,7 @@ TEST_CASE("report: window() of two cumulative snapshots diagnoses the recent per
                   stage("write", m::stage_kind::sink, 1, 1.0, 8.9, 0)};
   first.cpus = 4;
   first.process_cpu_s = 12.0;
+  first.placement = {"automatic", 50, 48};
   m::complete_report(first);
   REQUIRE(first.verdict.kind == m::verdict_kind::source_bound);
 
@@ -229,6 +235,7 @@ TEST_CASE("report: window() of two cumulative snapshots diagnoses the recent per
   later.stages[2].busy_s += 0.2;
   later.stages[2].starved_s += 4.7;
   later.process_cpu_s += 19.0;  // 3.8 of the 4 cores over the last 5 s
+  later.placement = {"automatic", 75, 53};  // pinned after 5 of the last 25 rounds
   m::complete_report(later);
 
   const m::report w = m::window(later, first);
@@ -242,6 +249,9 @@ TEST_CASE("report: window() of two cumulative snapshots diagnoses the recent per
   // so the advice is not to add workers.
   REQUIRE(w.process_cpu_s == Approx(19.0));
   REQUIRE(m::process_cpu_load(w) == Approx(0.95));
+  CHECK(w.placement.mode == "automatic");
+  CHECK(w.placement.rounds == 25);
+  CHECK(w.placement.pinned_rounds == 5);
   CHECK_THAT(w.verdict.advice, Catch::Contains("make 'normalize' cheaper"));
 
   const std::string line = m::format_progress(later, first);

@@ -280,6 +280,30 @@ TEST_CASE("verdict: a CPU stage at capacity with every core busy -> no 'add work
   CHECK_THAT(r.verdict.advice, Catch::Contains("With 7 stage threads on 4 cores, "
                                                "pipeline_options::placement = by_load gives "
                                                "it cores of its own."));
+  // What the hint says depends on where the threads ran (report::placement).
+  const auto advice_with = [&](m::placement_report p) {
+    r.placement = std::move(p);
+    r.verdict = m::diagnose(r);
+    return r.verdict.advice;
+  };
+  CHECK_THAT(advice_with({"os", 0, 0}),
+             Catch::Contains("With 7 stage threads on 4 cores, pipeline_options::placement = "
+                             "automatic (the default) gives it cores of its own while the "
+                             "pipeline has the cores to itself, by_load whatever else runs."));
+  CHECK_THAT(advice_with({"automatic", 10, 2}),
+             Catch::Contains("automatic placement had them pinned after only 2 of its 10 "
+                             "rounds") &&
+                 Catch::Contains("placement = by_load gives it cores of its own whatever else "
+                                 "runs."));
+  // Pinned for half the run or more, pinned by load, or no round yet: no hint.
+  for (const m::placement_report& p : {m::placement_report{"automatic", 10, 5},
+                                       m::placement_report{"automatic", 0, 0},
+                                       m::placement_report{"by_load", 10, 10}}) {
+    CAPTURE(p.mode, p.rounds, p.pinned_rounds);
+    CHECK(advice_with(p).find("placement") == std::string::npos);
+    CHECK_THAT(r.verdict.advice, Catch::Contains("make 'normalize' cheaper"));
+  }
+  r.placement = {};
   r.cpus = 2;
 
   // Just below the threshold the cores have room: add workers.

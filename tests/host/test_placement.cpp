@@ -249,6 +249,11 @@ TEST_CASE("pipeline: placement by load needs a sane period") {
   CHECK_NOTHROW(make({.placement = thread_placement::by_load}).run());
   // It measures CPU time and item counts, which are kept with metrics off too.
   CHECK_NOTHROW(make({.metrics = false, .placement = thread_placement::by_load}).run());
+  // The report says which placement ran; os runs no placer, so no rounds.
+  const report os = make({.placement = thread_placement::os}).run();
+  CHECK(os.placement.mode == "os");
+  CHECK(os.placement.rounds == 0);
+  CHECK(make({}).run().placement.mode == "automatic");
 }
 
 #if defined(__linux__)
@@ -329,12 +334,18 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
   two_rounds();
   two_rounds();
   pinned(all);  // not full: never pinned
+  CHECK(placer.pinned_rounds() == 0);
   shares.store(seen::alone_full);
   two_rounds();
   pinned(1);
+  CHECK(placer.pinned_rounds() >= 1);  // the round that pinned them, at least
   shares.store(seen::crowded);
   two_rounds();
   pinned(all);  // back on every allowed CPU
+  // Unpinned rounds count nothing.
+  const std::uint64_t pinned_so_far = placer.pinned_rounds();
+  two_rounds();
+  CHECK(placer.pinned_rounds() == pinned_so_far);
   shares.store(seen::alone_full);
   two_rounds();
   pinned(1);
@@ -372,6 +383,8 @@ TEST_CASE("pipeline: automatic placement pins nothing beside busy threads of its
   const report r = p.run();
   REQUIRE(r.completed == n);
   for (const std::size_t fewest : fewest_cpus) CHECK(fewest == my_cpus().size());
+  CHECK(r.placement.mode == "automatic");
+  CHECK(r.placement.pinned_rounds == 0);
 }
 
 TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light ones together") {
@@ -411,6 +424,10 @@ TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light one
   REQUIRE(light_b_cpus.size() == 1);
   CHECK(light_a_cpus != heavy_cpus);
   CHECK(light_b_cpus != heavy_cpus);
+  // The report counts the rounds after which every stage thread was pinned.
+  CHECK(r.placement.mode == "by_load");
+  CHECK(r.placement.pinned_rounds >= 1);
+  CHECK(r.placement.pinned_rounds <= r.placement.rounds);
 }
 
 TEST_CASE("pipeline: placement by load is not fooled by a stage that runs ahead") {

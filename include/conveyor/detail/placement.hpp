@@ -466,8 +466,13 @@ class load_placer {
     if (thread_.joinable()) thread_.join();
   }
 
-  // Rounds done so far (for tests: "after a round that saw this").
+  // Rounds done so far (for tests: "after a round that saw this"), and of those the ones
+  // after which every live stage thread was pinned (for the report). Read rounds() first:
+  // pinned_rounds() is then at least what was counted with those rounds.
   std::uint64_t rounds() const noexcept { return rounds_.load(std::memory_order_acquire); }
+  std::uint64_t pinned_rounds() const noexcept {
+    return pinned_rounds_.load(std::memory_order_relaxed);
+  }
 
  private:
   static constexpr std::size_t unpinned = ~std::size_t{0};
@@ -500,7 +505,10 @@ class load_placer {
     while (!wake_.wait_for(lock, wait, [this] { return stopping_; })) {
       lock.unlock();
       place();
-      // release: a test that reads rounds() (acquire) sees this round's pins.
+      // relaxed: published by the release below.
+      if (all_pinned()) pinned_rounds_.fetch_add(1, std::memory_order_relaxed);
+      // release: a test that reads rounds() (acquire) sees this round's pins, and a
+      // report that reads it sees the pinned rounds counted with it.
       rounds_.fetch_add(1, std::memory_order_release);
       lock.lock();
       wait = period_;
@@ -530,6 +538,12 @@ class load_placer {
     last_process_ns_ = process;
     last_ticks_ = ticks;
     return override_ ? override_(s) : s;
+  }
+
+  // Whether the last round left every stage thread it saw pinned (and saw one at least).
+  bool all_pinned() const noexcept {
+    return !seen_.empty() &&
+           std::all_of(seen_.begin(), seen_.end(), [](const seen& s) { return s.cpu != unpinned; });
   }
 
   // Every thread back on all the CPUs this process was allowed when the placer started.
@@ -611,6 +625,7 @@ class load_placer {
   std::int64_t last_wall_ns_ = 0, last_process_ns_ = 0;
   std::optional<cpu_ticks> last_ticks_;
   std::atomic<std::uint64_t> rounds_{0};
+  std::atomic<std::uint64_t> pinned_rounds_{0};
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
@@ -635,6 +650,7 @@ class load_placer {
               shares_override = {}) {}
   void stop() noexcept {}
   std::uint64_t rounds() const noexcept { return 0; }
+  std::uint64_t pinned_rounds() const noexcept { return 0; }
 };
 
 #endif

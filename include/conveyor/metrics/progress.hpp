@@ -50,6 +50,8 @@ inline report window(const report& later, const report& earlier) {
   w.failed = sub(later.failed, earlier.failed);
   w.cancelled = sub(later.cancelled, earlier.cancelled);
   w.process_cpu_s = subd(later.process_cpu_s, earlier.process_cpu_s);
+  w.placement.rounds = sub(later.placement.rounds, earlier.placement.rounds);
+  w.placement.pinned_rounds = sub(later.placement.pinned_rounds, earlier.placement.pinned_rounds);
   if (later.stages.size() == earlier.stages.size()) {
     for (std::size_t i = 0; i < w.stages.size(); ++i) {
       w.stages[i].items = sub(later.stages[i].items, earlier.stages[i].items);

@@ -16,6 +16,8 @@
 //   gpu_busy_fraction   gpu_stats::compute_busy_ns() / wall: union over lanes.
 //   batching make_batch_report(batch_stats) when the pipeline batches, else nullopt.
 //   *_latency make_latency_report(histogram).
+//   cpus, process_cpu_s   the usable CPUs and the process's CPU time over the run.
+//   placement   the placement mode and the placer's rounds (pinned / all).
 //   then complete_report(r) (verdict.hpp): throughput and verdict.
 //
 // Thread-safety: plain values. The make_* builders read counters from any thread.
@@ -117,6 +119,15 @@ struct latency_report {
   std::uint64_t count = 0;
 };
 
+// Where the stage threads ran (pipeline_options::placement), and how often the placer
+// had them pinned: after how many of its rounds so far (automatic pins only while the
+// pipeline alone fills the cores; by_load always; os never runs a placer).
+struct placement_report {
+  std::string mode;  // "os", "automatic" or "by_load"; empty: not told (a report built by hand)
+  std::uint64_t rounds = 0;
+  std::uint64_t pinned_rounds = 0;
+};
+
 struct verdict {
   verdict_kind kind = verdict_kind::idle;
   std::string stage;    // the bottleneck stage's name; empty when none (idle, balanced)
@@ -143,6 +154,7 @@ struct report {
   // and any others) used over wall_s; 0 when not measured.
   std::size_t cpus = 0;
   double process_cpu_s = 0.0;
+  placement_report placement;
 
   // Items produced but neither completed, failed nor cancelled (non-zero mid-run only).
   std::uint64_t in_flight() const noexcept {
@@ -274,6 +286,13 @@ inline std::ostream& operator<<(std::ostream& os, const report& r) {
     o << "  CPU: the process kept " << d::fmt("%.2f", r.wall_s > 0 ? r.process_cpu_s / r.wall_s : 0.0)
       << " of its " << r.cpus << (r.cpus == 1 ? " core" : " cores") << " busy ("
       << d::pct(process_cpu_load(r)) << "%)\n";
+  if (!r.placement.mode.empty()) {
+    o << "  placement: " << r.placement.mode;
+    if (r.placement.mode != "os")
+      o << ", stage threads pinned after " << r.placement.pinned_rounds << " of "
+        << r.placement.rounds << (r.placement.rounds == 1 ? " round" : " rounds");
+    o << '\n';
+  }
 
   if (!r.stages.empty()) {
     o << "  " << d::pad("stage", 18, true) << d::pad("kind", 8, true) << d::pad("workers", 8)
@@ -369,6 +388,12 @@ inline std::string to_json(const report& r) {
   str("runtime", r.runtime); o << ',';
   u64("cpus", r.cpus); o << ',';
   dbl("process_cpu_s", r.process_cpu_s); o << ',';
+  key("placement");
+  o << '{';
+  str("mode", r.placement.mode); o << ',';
+  u64("rounds", r.placement.rounds); o << ',';
+  u64("pinned_rounds", r.placement.pinned_rounds);
+  o << "},";
   key("stages");
   o << '[';
   for (std::size_t i = 0; i < r.stages.size(); ++i) {

@@ -51,8 +51,9 @@
 //      Where the advice is to add workers (a map stage, or several stages at capacity),
 //      but the process already keeps >= cores_busy of its CPUs busy (report::cpus and
 //      process_cpu_s), more workers would only share the same cores: the advice says so
-//      and turns to making the stage cheaper, moving its work to the GPU, more cores, and
-//      thread placement by load.
+//      and turns to making the stage cheaper, moving its work to the GPU, more cores, and,
+//      with more stage threads than cores, the placement that would pin them where
+//      report::placement says they were not pinned (placement_advice()).
 //   4. Nothing at capacity:
 //      a. under_batched: batches leave on timeout (>= timeout_share of them) at a mean
 //         size <= fill_low x max_size while the device is busy < gpu_idle. Items arrive
@@ -123,6 +124,30 @@ namespace conveyor::metrics {
 // How busy the device was: lanes' stream time and the compute union, whichever is higher.
 inline double device_busy_fraction(const report& r) noexcept {
   return std::max(lane_busy_fraction(r), r.gpu_busy_fraction);
+}
+
+// For a stage at capacity, with `threads` stage threads on the report's cpus and
+// `workers` of them the stage's: what thread placement can still do, given where the
+// threads ran (report::placement). Nothing where they were pinned (by_load, or automatic
+// after at least half its rounds) or no round was done; else the setting that pins.
+inline std::string placement_advice(const report& r, std::size_t threads, std::size_t workers) {
+  const std::string lead = " With " + std::to_string(threads) + " stage threads on " +
+                           std::to_string(r.cpus) + " cores, ";
+  const std::string own = workers == 1 ? "a core" : "cores";
+  const placement_report& p = r.placement;
+  if (p.mode == "by_load") return {};
+  if (p.mode == "automatic") {
+    if (p.rounds == 0 || 2 * p.pinned_rounds >= p.rounds) return {};
+    return lead + "automatic placement had them pinned after only " +
+           std::to_string(p.pinned_rounds) + " of its " + std::to_string(p.rounds) +
+           " rounds (other work took part of the cores, or the stages did not fill them); "
+           "pipeline_options::placement = by_load gives it " + own +
+           " of its own whatever else runs.";
+  }
+  if (p.mode == "os")
+    return lead + "pipeline_options::placement = automatic (the default) gives it " + own +
+           " of its own while the pipeline has the cores to itself, by_load whatever else runs.";
+  return lead + "pipeline_options::placement = by_load gives it " + own + " of its own.";
 }
 
 inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
@@ -292,11 +317,8 @@ inline verdict diagnose(const report& r, const verdict_thresholds& th = {}) {
   for (const auto& s : r.stages) threads += s.workers;
   const std::size_t best_workers = best != n ? r.stages[best].workers : 0;
   const std::string placement_hint =
-      threads > r.cpus && best_workers < r.cpus
-          ? " With " + std::to_string(threads) + " stage threads on " + std::to_string(r.cpus) +
-                " cores, pipeline_options::placement = by_load gives it " +
-                (best_workers == 1 ? "a core" : "cores") + " of its own."
-          : std::string{};
+      threads > r.cpus && best_workers < r.cpus ? placement_advice(r, threads, best_workers)
+                                                : std::string{};
   // Another stage at capacity that the waits cannot tell apart from `best` (score and
   // load both within `tie`): several stages share the limit.
   std::string tied;
