@@ -589,9 +589,9 @@ class load_placer {
         return;
       }
       const std::vector<std::size_t> plan = plan_threads(loads, spots, cpus_.size());
-      const bool all_pinned = std::all_of(now.begin(), now.end(),
+      const bool pinned_now = std::all_of(now.begin(), now.end(),
                                           [](const seen& s) { return s.cpu != unpinned; });
-      if (all_pinned && !now.empty()) {
+      if (pinned_now && !now.empty()) {
         std::vector<std::size_t> current(now.size());
         for (std::size_t i = 0; i < now.size(); ++i) current[i] = now[i].cpu;
         if (plan_cost(loads, spots, plan, cpus_.size()) >=
