@@ -9,7 +9,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <optional>
 #include <ranges>
 #include <string_view>
 #include <thread>
@@ -17,8 +16,6 @@
 
 #include "conveyor/metrics/clock.hpp"
 #include "conveyor/pipeline.hpp"
-#include "conveyor/stage/detail/context.hpp"
-#include "conveyor/stage/detail/link.hpp"
 #include "test_support.hpp"
 
 using namespace conveyor;
@@ -135,31 +132,6 @@ TEST_CASE("load_per_item: CPU time per item the stage moved") {
   // What a spin round costs: measured, a pause and a load (nanoseconds, not micro).
   CHECK(detail::spin_round_ns() > 0.0);
   CHECK(detail::spin_round_ns() < 10'000.0);
-}
-
-TEST_CASE("worker_probe: counts the rounds its waits spin, with metrics off too") {
-  for (const bool metrics_on : {false, true}) {
-    detail::control ctl{metrics_on};
-    metrics::stage_stats stats{1};
-    detail::ring_link<int> ring{16, {.pushers = 1, .poppers = 1}};
-    detail::worker_probe probe{ctl, stats, 0, nullptr, "stage", nullptr};
-    // The element comes long after the spin gave up: the wait spun every round it allows
-    // (16 at least) before it slept.
-    std::thread late{[&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      (void)ring.try_push(7);
-    }};
-    const auto v = probe.pop(ring);
-    late.join();
-    REQUIRE(v.has_value());
-    CHECK(*v == 7);
-    CHECK(stats.worker(0).spin_rounds() >= 16);
-    // One found at once spins no round.
-    const std::uint64_t before = stats.worker(0).spin_rounds();
-    REQUIRE(ring.try_push(8));
-    CHECK(probe.pop(ring) == std::optional<int>{8});
-    CHECK(stats.worker(0).spin_rounds() == before);
-  }
 }
 
 TEST_CASE("auto_pin_rule: pins while alone and full, lets go when others come or it idles") {

@@ -363,21 +363,20 @@ class worker_probe {
   template <class Wait>
   auto wait_as(wait_for kind, Wait&& wait) -> decltype(wait(nullptr)) {
     wait_timing t;
-    if (!on_) {
+    const auto counted_wait = [&] {
       auto r = wait(&t);
       w_->add_spin_rounds(t.rounds);
       return r;
-    }
+    };
+    if (!on_) return counted_wait();
     if (track_ != nullptr || waits_++ % round_sample_period == 0) {
       before_wait();
-      auto r = wait(&t);
-      w_->add_spin_rounds(t.rounds);
+      auto r = counted_wait();
       const metrics::phase p = kind == wait_for::input ? clock_.starved() : clock_.blocked();
       learn_round(p.length_ns() - t.slow_ns, t.rounds);
       return r;
     }
-    auto r = wait(&t);
-    w_->add_spin_rounds(t.rounds);
+    auto r = counted_wait();
     (kind == wait_for::input ? pending_starved_ns_ : pending_blocked_ns_) +=
         std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
     if (t.end_ns != 0) (void)charge_until(t.end_ns);
