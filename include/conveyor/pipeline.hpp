@@ -558,10 +558,11 @@ class pipeline<chain<Bound...>> {
       if (!e.metas.empty())
         throw error("a service pipeline must deliver one result per submitted item; end "
                     "the chain with unbatch() after a batch");
-      auto& slot = st->tickets[e.meta.ticket];
+      const auto ticket = static_cast<std::uint32_t>(e.meta.id);  // see detail::item_meta
+      auto& slot = st->tickets[ticket];
       slot.succeed(std::move(e.value));
       slot.in_use.store(false, std::memory_order_relaxed);  // relaxed: the ring push publishes
-      st->free_tickets.push(std::uint32_t{e.meta.ticket});
+      st->free_tickets.push(std::uint32_t{ticket});
     }
   };
 
@@ -609,6 +610,7 @@ class pipeline<chain<Bound...>> {
       register_closers(std::make_index_sequence<n_rings>{});
       collect_infos(std::make_index_sequence<n_stages>{});
       if constexpr (service) {
+        ctl.use_tickets(tickets.size());
         for (std::uint32_t t = 0; t < tickets.size(); ++t) (void)free_tickets.try_push(t);
         ctl.on_stop([this] { free_tickets.close(); });
         result.reset(new result_node_t("results", 1, result_deliver{this}, ctl,
@@ -766,11 +768,10 @@ class pipeline<chain<Bound...>> {
     std::optional<detail::envelope<input_type>> e;
     try {
       arm(slot);
-      e.emplace(detail::envelope<input_type>{
-          std::move(x),
-          {st.next_seq.fetch_add(1, std::memory_order_relaxed),
-           st.ctl.metrics_on ? detail::now_ns() : 0, ticket},
-          {}});
+      // The item's id is its ticket; its number and entry time go with the ticket.
+      st.ctl.enter_ticket(ticket, st.next_seq.fetch_add(1, std::memory_order_relaxed),
+                          st.ctl.metrics_on ? detail::now_ns() : 0);
+      e.emplace(detail::envelope<input_type>{std::move(x), {ticket}, {}});
     } catch (...) {
       slot.done = nullptr;
       (void)st.free_tickets.try_push(std::uint32_t{ticket});  // never full: one slot per ticket

@@ -95,24 +95,30 @@ class terminal_node {
       }
       const item_meta meta = in->meta;
       meta_list metas = std::move(in->metas);
+      const bool timed = latency_ != nullptr && probe.on();
+      // A single item's entry time is looked up before delivering it: a service's
+      // delivery frees the item's ticket, where the time is kept (control::entered()).
+      // Batches reach only a source pipeline's sinks, whose times stay put.
+      const control::entry_time single =
+          timed && metas.empty() ? ctl_.entered(meta) : control::entry_time{};
       try {
         metrics::nvtx_range range{probe.span_name()};
         deliver_(std::move(*in));
       } catch (...) {
         probe.busy();
-        ctl_.fail_current(name_, meta.seq, n);
+        ctl_.fail_current(name_, ctl_.seq_of(meta), n);
         break;
       }
       probe.work_done();
-      if (latency_ && probe.on()) {
+      if (timed) {
         std::int64_t t = 0;  // the end of deliver(), read once for the timed items
-        const auto record = [&](const item_meta& m) {
-          if (m.t0_ns == 0) return;  // not sampled
+        const auto record = [&](const control::entry_time& e) {
+          if (e.t0_ns == 0) return;  // not timed (or its sample was overwritten)
           if (t == 0) t = now_ns();
-          latency_->record(t - m.t0_ns, m.weight);
+          latency_->record(t - e.t0_ns, e.weight);
         };
-        if (metas.empty()) record(meta);
-        for (const item_meta& m : metas) record(m);
+        if (metas.empty()) record(single);
+        for (const item_meta& m : metas) record(ctl_.entered(m));
       }
       probe.items(n);  // counts as completed: see control::count_completions_of
     }

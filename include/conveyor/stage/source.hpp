@@ -137,9 +137,10 @@ class source_node {
       ctl_.count_produced();
       probe.items(1);
       // entered: the end of the call; timed for a sample of the items (see
-      // latency_sample_weight)
-      const std::uint32_t weight = probe.on() ? latency_sample_weight(seq) : 0;
-      const item_meta meta{seq++, weight != 0 ? now_ns() : 0, no_ticket, weight};
+      // latency_sample_weight), its time kept in control for the terminal stage (the
+      // push below publishes it)
+      if (probe.on() && latency_sample_weight(seq) != 0) ctl_.sampled(seq, now_ns());
+      const item_meta meta{seq++};
       if (!probe.emplace(*out_, std::move(*v), meta, meta_list{})) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
         break;

@@ -47,8 +47,6 @@ namespace conveyor::detail {
 
 using metrics::now_ns;
 
-inline constexpr std::uint32_t no_ticket = ~std::uint32_t{0};
-
 // A source pipeline times the latency of a sample of its items (one clock read at each
 // end); submit() times every item. The sample: 1 item in 8 of the first
 // latency_dense_items (1024 samples, enough for the P99 of a short run), then 1 in 64
@@ -70,22 +68,83 @@ constexpr std::uint32_t latency_sample_weight(std::uint64_t seq) noexcept {
   return (seq & (period - 1)) == 0 ? period : 0;
 }
 
-// Identity of one item from the source: its sequence number, when it entered the
-// pipeline (latency is measured from here; 0: not timed), in service mode the result
-// slot (ticket) its future waits on, and how many items its latency stands for.
+// The number of the sample that item `seq` is (meaningful where its weight is not 0):
+// 0, 1, 2, ... over the timed items in order.
+constexpr std::uint64_t latency_sample_number(std::uint64_t seq) noexcept {
+  constexpr std::uint64_t dense = latency_dense_items / 8;
+  constexpr std::uint64_t sparse = (latency_sparse_items - latency_dense_items) / 64;
+  if (seq < latency_dense_items) return seq / 8;
+  if (seq < latency_sparse_items) return dense + (seq - latency_dense_items) / 64;
+  return dense + sparse + (seq - latency_sparse_items) / 256;
+}
+
+// Identity of one item from the source or from submit(): 8 bytes, because every
+// envelope crosses a ring at every hop and a ring's slot is the envelope and its turn
+// counter: around a 64-bit value that is 32 bytes, two slots to a cache line. (When it
+// also carried the entry time, the ticket and the weight, 24 bytes, the slots were 48
+// bytes and straddled lines: benchmarks/RESULTS.md, "An 8-byte item identity".) What
+// the id does not hold, control keeps (control::seq_of(), control::entered()):
+// - from a source: id is the item's sequence number. Its weight in the latency sample
+//   follows from it (latency_sample_weight), and a timed item's entry time is in
+//   control's table of samples (latency_samples).
+// - from submit(): id is the item's ticket, the slot its result goes to. The ticket's
+//   entry in control holds the item's sequence number and entry time.
 struct item_meta {
-  std::uint64_t seq = 0;
-  std::int64_t t0_ns = 0;
-  std::uint32_t ticket = no_ticket;
-  std::uint32_t weight = 1;  // fills what was padding: the envelope does not grow
+  std::uint64_t id = 0;
 };
-static_assert(sizeof(item_meta) == 24);
+static_assert(sizeof(item_meta) == 8);
+
+// The entry times of a source pipeline's timed items, by sample number: written by the
+// source thread as it sends a timed item, read by the terminal stage when the item
+// arrives there. The table holds the last `size` samples; a sample overwritten before
+// its item arrived (more than 1024 samples in flight: over 8192 items in the first
+// ones, 65536 to 262144 later) is dropped, never misread: each entry is a seqlock keyed
+// by the item's sequence number.
+// Thread-safety: put() from one thread (the source's); take() from any.
+class latency_samples {
+ public:
+  static constexpr std::size_t size = 1024;
+
+  void put(std::uint64_t seq, std::int64_t t0_ns) noexcept {
+    entry& e = entries_[latency_sample_number(seq) & (size - 1)];
+    // A seqlock without fences (ThreadSanitizer does not model them): mark the entry as
+    // being written, then the time, then the key.
+    // relaxed: the release store of the time below orders the mark before it.
+    e.seq.store(writing, std::memory_order_relaxed);
+    // release: a reader whose acquire load reads this time also sees the mark (or a
+    // later key), so it cannot pair the new time with the old key.
+    e.t0_ns.store(t0_ns, std::memory_order_release);
+    // release: a reader that sees this key sees this time (or a later one).
+    e.seq.store(seq, std::memory_order_release);
+  }
+
+  // Item seq's entry time; 0 when the table no longer holds it (or never did).
+  std::int64_t take(std::uint64_t seq) const noexcept {
+    const entry& e = entries_[latency_sample_number(seq) & (size - 1)];
+    // acquire: pairs with put()'s release store of the key.
+    if (e.seq.load(std::memory_order_acquire) != seq) return 0;
+    // acquire: pairs with put()'s release store of the time: if this is a later put's
+    // time, that put's mark happens-before the next load, which then cannot read our key.
+    const std::int64_t t0 = e.t0_ns.load(std::memory_order_acquire);
+    // relaxed: ordered after the load above by its acquire.
+    return e.seq.load(std::memory_order_relaxed) == seq ? t0 : 0;
+  }
+
+ private:
+  static constexpr std::uint64_t writing = ~std::uint64_t{0};
+  struct entry {
+    std::atomic<std::uint64_t> seq{writing};
+    std::atomic<std::int64_t> t0_ns{0};
+  };
+  std::unique_ptr<entry[]> entries_{new entry[size]};
+};
 
 // The identities of the items a batch holds, in one pointer. Every envelope crosses a
 // ring at every hop, and the ring's slots are its size: for single items (the common
-// case) an empty list keeps the envelope small (40 bytes around a 64-bit value; a
-// std::vector made it 56, and hops of small items slower: see the pipeline section of
-// benchmarks/RESULTS.md). One allocation per non-empty list; a move copies a pointer.
+// case) an empty list keeps the envelope small (24 bytes around a 64-bit value; a
+// std::vector in its place made it 16 bytes larger, and hops of small items slower:
+// see the pipeline section of benchmarks/RESULTS.md). One allocation per non-empty
+// list; a move copies a pointer.
 class meta_list {
  public:
   meta_list() noexcept = default;
@@ -196,6 +255,41 @@ class control {
   // Setup only: where stage workers register for placement by load; null: off.
   thread_registry* placed = nullptr;
 
+  // What an item's id stands for (see item_meta). A service pipeline (submit()) has one
+  // entry per ticket, written by submit() before the item enters the first ring and
+  // read by the stage threads that pop it (the rings' release/acquire hops order the
+  // two), rewritten only once the ticket has come back (after the result was delivered,
+  // or after every thread has joined). A source pipeline has none.
+  struct ticket_entry {
+    std::uint64_t seq = 0;
+    std::int64_t t0_ns = 0;  // 0: not timed (metrics off)
+  };
+  // Setup only: makes this a service pipeline's control, with `tickets` tickets.
+  void use_tickets(std::size_t tickets) { tickets_.resize(tickets); }
+  // submit() only, before the item enters: what ticket `ticket`'s item is.
+  void enter_ticket(std::uint32_t ticket, std::uint64_t seq, std::int64_t t0_ns) noexcept {
+    tickets_[ticket] = {seq, t0_ns};
+  }
+  // The item's sequence number (for errors: "item N").
+  std::uint64_t seq_of(const item_meta& m) const noexcept {
+    return tickets_.empty() ? m.id : tickets_[m.id].seq;
+  }
+  // When the item entered the pipeline (0: not timed) and how many items its latency
+  // stands for. A service item's entry is its ticket's, which delivering its result
+  // frees for the next submit(): ask before delivering it.
+  struct entry_time {
+    std::int64_t t0_ns = 0;
+    std::uint32_t weight = 0;
+  };
+  entry_time entered(const item_meta& m) const noexcept {
+    if (!tickets_.empty()) return {tickets_[m.id].t0_ns, 1};
+    const std::uint32_t weight = latency_sample_weight(m.id);
+    if (weight == 0) return {};
+    return {samples_.take(m.id), weight};
+  }
+  // The source thread only: item seq, a timed one, entered at t0_ns.
+  void sampled(std::uint64_t seq, std::int64_t t0_ns) noexcept { samples_.put(seq, t0_ns); }
+
   std::atomic<bool> stopping{false};     // cancel or failure: stop taking new work
   std::atomic<bool> stop_source{false};  // drain: the source ends as if its input did
   first_error error;
@@ -292,6 +386,8 @@ class control {
 
   std::vector<std::function<void()>> closers_;
   const metrics::stage_stats* completions_ = nullptr;
+  std::vector<ticket_entry> tickets_;  // a service pipeline's; empty: a source's
+  latency_samples samples_;            // a source pipeline's timed items
   std::atomic<bool> gate_{false};
 };
 
