@@ -136,7 +136,7 @@ class latency_samples {
     std::atomic<std::uint64_t> seq{writing};
     std::atomic<std::int64_t> t0_ns{0};
   };
-  std::unique_ptr<entry[]> entries_{new entry[size]};
+  std::unique_ptr<entry[]> entries_ = std::make_unique<entry[]>(size);
 };
 
 // The identities of the items a batch holds, in one pointer. Every envelope crosses a
