@@ -313,40 +313,53 @@ TEST_CASE("latency_samples: each timed item's entry time, by sample number, unti
 }
 
 TEST_CASE("latency_samples: readers racing the writer get the right time or none") {
-  // One writer (a source) runs through 64 laps of the table; three readers look up the
-  // samples just behind it, where entries are being overwritten. A time handed out must
-  // be the one written for that item (here a function of its number).
-  constexpr std::uint64_t samples = 64 * detail::latency_samples::size;
-  std::vector<std::uint64_t> timed;
-  for (std::uint64_t seq = 0; timed.size() < samples; ++seq)
-    if (detail::latency_sample_weight(seq) != 0) timed.push_back(seq);
+  // One writer (a source) runs through at least 64 laps of the table, and on until three
+  // readers have made 20000 look-ups of the samples just behind it, where entries are
+  // being overwritten. A time handed out must be the one written for that item (here a
+  // function of its number). The readers start before the writer: slow threads
+  // (sanitizers) must not find the race over before they look.
+  const auto seq_of_sample = [](std::uint64_t n) {  // the inverse of latency_sample_number
+    constexpr std::uint64_t dense = detail::latency_dense_items / 8;
+    constexpr std::uint64_t sparse = (detail::latency_sparse_items - detail::latency_dense_items) / 64;
+    if (n < dense) return 8 * n;
+    if (n < dense + sparse) return detail::latency_dense_items + 64 * (n - dense);
+    return detail::latency_sparse_items + 256 * (n - dense - sparse);
+  };
+  for (std::uint64_t n = 0; n < 3 * detail::latency_samples::size * 4; ++n)
+    REQUIRE(detail::latency_sample_number(seq_of_sample(n)) == n);
   const auto time_of = [](std::uint64_t seq) { return static_cast<std::int64_t>(3 * seq + 1); };
+  constexpr std::uint64_t min_samples = 64 * detail::latency_samples::size;
+  constexpr std::uint64_t min_looks = 20000;
   detail::latency_samples table;
-  std::atomic<std::size_t> written{0};
-  std::atomic<std::uint64_t> wrong{0}, found{0}, gone{0};
+  std::atomic<std::uint64_t> written{0}, looks{0}, wrong{0}, found{0}, gone{0};
+  std::atomic<int> started{0};
+  std::atomic<bool> done{false};
   std::vector<std::thread> readers;
   for (int r = 0; r < 3; ++r)
     readers.emplace_back([&, r] {
       std::minstd_rand rng{static_cast<unsigned>(r + 1)};
-      for (;;) {
-        const std::size_t w = written.load(std::memory_order_acquire);
-        if (w == samples) break;
+      started.fetch_add(1);
+      while (!done.load(std::memory_order_acquire)) {
+        const std::uint64_t w = written.load(std::memory_order_acquire);
         if (w == 0) continue;
         // Anywhere in the last lap and a bit: entries the writer is about to reach.
-        const std::size_t back = rng() % (detail::latency_samples::size + 64);
-        const std::size_t i = back >= w ? 0 : w - 1 - back;
-        const std::int64_t t = table.take(timed[i]);
+        const std::uint64_t back = rng() % (detail::latency_samples::size + 64);
+        const std::uint64_t seq = seq_of_sample(back >= w ? 0 : w - 1 - back);
+        const std::int64_t t = table.take(seq);
         if (t == 0) gone.fetch_add(1, std::memory_order_relaxed);
-        else if (t == time_of(timed[i])) found.fetch_add(1, std::memory_order_relaxed);
+        else if (t == time_of(seq)) found.fetch_add(1, std::memory_order_relaxed);
         else wrong.fetch_add(1, std::memory_order_relaxed);
+        looks.fetch_add(1, std::memory_order_relaxed);
       }
     });
-  for (std::size_t i = 0; i < samples; ++i) {
-    table.put(timed[i], time_of(timed[i]));
-    written.store(i + 1, std::memory_order_release);
+  while (started.load() < 3) std::this_thread::yield();
+  for (std::uint64_t n = 0; n < min_samples || looks.load(std::memory_order_relaxed) < min_looks; ++n) {
+    table.put(seq_of_sample(n), time_of(seq_of_sample(n)));
+    written.store(n + 1, std::memory_order_release);
   }
+  done.store(true, std::memory_order_release);
   for (auto& th : readers) th.join();
-  CAPTURE(found.load(), gone.load());
+  CAPTURE(written.load(), found.load(), gone.load());
   REQUIRE(wrong.load() == 0);
   REQUIRE(found.load() > 0);
 }
