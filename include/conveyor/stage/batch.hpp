@@ -220,7 +220,7 @@ class unbatch_node {
                       std::to_string(b->metas.size()) +
                       " items; a stage between batch and unbatch must keep one element per item");
         } catch (...) {
-          ctl_.fail_current(stage_.name(), ctl_.seq_of(b->meta), b->items());
+          ctl_.fail_current(stage_.name(), b->meta, b->items());
         }
         break;
       }

@@ -263,7 +263,7 @@ class gpu_node {
         s = l.pool.acquire();  // waits until the slot's last stream use completed
       } catch (...) {          // that wait rethrows a failure of the lane's stream
         probe.blocked();
-        ctl_.fail_current(stage_.options().name, ctl_.seq_of(b->meta), items);
+        ctl_.fail_current(stage_.options().name, b->meta, items);
         break;
       }
       probe.blocked();
@@ -306,7 +306,7 @@ class gpu_node {
       } catch (...) {
         probe.busy();
         release_after_stream(l, s);  // copies already enqueued may still use the slot
-        ctl_.fail_current(stage_.options().name, ctl_.seq_of(f.batch.meta), items);
+        ctl_.fail_current(stage_.options().name, f.batch.meta, items);
         break;
       }
       probe.busy();
@@ -367,7 +367,7 @@ class gpu_node {
         if (complete_track != nullptr) complete_track->span("stage-out", out_start, now_ns());
       } catch (...) {
         release_after_stream(l, f->slot);  // a failed stream may not have reached the end
-        ctl_.fail_current(stage_.options().name, ctl_.seq_of(f->batch.meta), items);
+        ctl_.fail_current(stage_.options().name, f->batch.meta, items);
         break;
       }
       l.pool.release(f->slot);  // stage-out has read pinned_out; every stream use is done

@@ -328,7 +328,7 @@ class map_node {
       out.emplace(stage_.function()(std::move(in.value)));
     } catch (...) {
       probe.busy();
-      ctl_.fail_current(stage_.name(), ctl_.seq_of(in.meta), in.items());
+      ctl_.fail_current(stage_.name(), in.meta, in.items());
       return false;
     }
     probe.work_done();

@@ -106,7 +106,7 @@ class terminal_node {
         deliver_(std::move(*in));
       } catch (...) {
         probe.busy();
-        ctl_.fail_current(name_, ctl_.seq_of(meta), n);
+        ctl_.fail_current(name_, meta, n);
         break;
       }
       probe.work_done();

@@ -361,6 +361,10 @@ class control {
     }
     stop();
   }
+  // As above, for the item (or the batch: its first item) whose meta is `item`.
+  void fail_current(const std::string& stage, const item_meta& item, std::uint64_t items) noexcept {
+    fail_current(stage, seq_of(item), items);
+  }
 
   void cancel(std::uint64_t items) noexcept {
     cancelled.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
