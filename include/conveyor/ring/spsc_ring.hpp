@@ -23,6 +23,13 @@
 // owner; the other side reads it only in size_approx(). Blocking calls spin briefly,
 // then sleep (detail::wait_point).
 //
+// Marks (internal, detail::ring_access, for a pipeline link that grows by moving to a
+// deeper ring: stage/detail/link.hpp): the producer may leave a mark instead of an
+// element, a slot whose turn reads position + 2 (never a turn of that slot otherwise,
+// at capacity >= 4), which says "the rest follows elsewhere". The consumer finds it where
+// the next element would be: try_pop() and pop() return nullopt there (pop() without
+// waiting), and only ring_access::take_mark() takes it. The public calls never make one.
+//
 // Thread-safety: exactly one producer thread (try_push/push) and one consumer thread
 // (try_pop/pop) at a time; close(), closed(), capacity() and size_approx() from any thread.
 // A push racing with a close() from a third thread may still be accepted; such an
@@ -63,10 +70,11 @@ class spsc_ring {
   }
 
   ~spsc_ring() {
-    // The threads are done: their own indices say which positions hold an element.
+    // The threads are done: their own indices say which positions hold an element or a
+    // mark; the turns tell the two apart.
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
     for (std::size_t i = consumer_.head.load(std::memory_order_relaxed); i != tail; ++i)
-      std::destroy_at(slot(i)->element());
+      if (slot(i)->seq.load(std::memory_order_relaxed) == i + 1) std::destroy_at(slot(i)->element());
   }
 
   spsc_ring(const spsc_ring&) = delete;
@@ -194,16 +202,61 @@ class spsc_ring {
       std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
       if (auto v = try_pop(position)) return v;
+      if (at_mark()) return std::nullopt;  // the rest follows elsewhere (see "Marks")
       if (closed()) return try_pop(position);  // elements pushed before close() are visible now
       auto ready = [this] {
         const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-        return slot(head)->takable(head) || closed();
+        return slot(head)->takable_or_marked(head) || closed();
       };
       if (!deadline) {
         not_empty_.wait(ready, timing);
       } else if (!not_empty_.wait_until(ready, *deadline, timing)) {
         return try_pop(position);  // deadline passed
       }
+    }
+  }
+
+  // The producer leaves a mark (see "Marks"); false when full or closed. Woken at once:
+  // the producer goes on elsewhere and may not wait here again, so a wake-up it put off
+  // (detail::wait_point's batches) might not come before the backstop.
+  bool try_mark() noexcept {
+    if (closed_.load(std::memory_order_relaxed)) return false;  // relaxed: advisory refusal
+    const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
+    cell* c = slot(tail);
+    if (!c->fillable(tail)) return false;
+    producer_.tail.store(tail + 1, std::memory_order_relaxed);  // as in emplace()
+    // release: pairs with the acquire load of seq in at_mark() / take_mark(): every
+    // element pushed before the mark is visible to a consumer that sees it.
+    c->seq.store(tail + 2, std::memory_order_release);
+    not_empty_.notify_now();
+    return true;
+  }
+  // The consumer: whether the next slot holds a mark.
+  bool at_mark() const noexcept {
+    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    // acquire: pairs with the release store in try_mark().
+    return slot(head)->seq.load(std::memory_order_acquire) == head + 2;
+  }
+  // The consumer takes the mark in the next slot; false when there is none.
+  bool take_mark() noexcept {
+    if (!at_mark()) return false;
+    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    // release: pairs with the producer's acquire in fillable(), as in take().
+    slot(head)->seq.store(head + capacity_, std::memory_order_release);
+    consumer_.head.store(head + 1, std::memory_order_relaxed);
+    not_full_.notify();
+    return true;
+  }
+  // The producer: blocks until the next slot is free (true) or the ring is closed.
+  bool wait_room(detail::wait_timing* timing) noexcept {
+    for (;;) {
+      if (closed()) return false;
+      const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
+      if (slot(tail)->fillable(tail)) return true;
+      not_full_.wait([this] {
+        const std::size_t t = producer_.tail.load(std::memory_order_relaxed);
+        return slot(t)->fillable(t) || closed();
+      }, timing);
     }
   }
 
@@ -243,6 +296,11 @@ class spsc_ring {
     // release store of seq in emplace(), so its construction happens-before we read it.
     CONVEYOR_HOT_INLINE bool takable(std::size_t pos) const noexcept {
       return seq.load(std::memory_order_acquire) == pos + 1;
+    }
+    // The consumer's turn at pos, an element or a mark (see "Marks"): what a blocked
+    // pop() waits for. acquire: as takable(), and pairs with try_mark()'s release.
+    bool takable_or_marked(std::size_t pos) const noexcept {
+      return seq.load(std::memory_order_acquire) - pos - 1 < 2;
     }
   };
   cell* slot(std::size_t i) const noexcept { return slots_.data() + (i & mask_); }

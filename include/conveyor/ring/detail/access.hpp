@@ -16,6 +16,11 @@
 #include "conveyor/config.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 
+namespace conveyor {
+template <class T>
+class spsc_ring;
+}  // namespace conveyor
+
 namespace conveyor::detail {
 
 struct ring_access {
@@ -38,6 +43,22 @@ struct ring_access {
   static bool push(Ring& ring, T&& v, wait_timing* timing) noexcept(
       noexcept(ring.push_impl(std::move(v), timing))) {
     return ring.push_impl(std::move(v), timing);
+  }
+
+  // Marks, for a link that moves its producer and consumer to another spsc_ring (see
+  // spsc_ring's "Marks"): the producer leaves one (false: full or closed), or waits for
+  // room to leave one (false: closed); the consumer takes one (false: none there).
+  template <class T>
+  static bool try_mark(spsc_ring<T>& ring) noexcept {
+    return ring.try_mark();
+  }
+  template <class T>
+  static bool wait_room(spsc_ring<T>& ring, wait_timing* timing) noexcept {
+    return ring.wait_room(timing);
+  }
+  template <class T>
+  static bool take_mark(spsc_ring<T>& ring) noexcept {
+    return ring.take_mark();
   }
 
   // Lets the ring's sleepers accept batched wake-ups under load (see wait_point::
