@@ -7,7 +7,8 @@
 //
 // Two questions, two families of names:
 //
-// <peer>/trivial[/workers:W/metrics:on|off[/placement:os] | /tokens:T]  per-item overhead.
+// <peer>/trivial[/workers:W/metrics:on|off[/ring_growth:1|/placement:os] | /tokens:T]
+//     per-item overhead.
 //     1<<22 items per iteration (long enough that the placer's first round, 10 ms in,
 //     has pinned the stage threads for most of it: what a pipeline that runs for a while
 //     gets) go
@@ -17,7 +18,9 @@
 //     W = 1 and 2, each with the pipeline's metrics on (the default: per-stage clocks,
 //     counters, latency histogram) and off (pipeline_options{.metrics = false}), so the
 //     cost of measuring is the ratio of the two in the same run; and metrics off with
-//     placement = os beside the default (automatic) placement. tbb: parallel_pipeline
+//     ring_growth = 1 (rings that never grow) and with placement = os beside the
+//     defaults (rings that grow where neighbours share a CPU, automatic placement), each
+//     what that default gives, in the same run. tbb: parallel_pipeline
 //     with filters serial_in_order -> parallel -> parallel -> serial_in_order and
 //     T = 4 * cores tokens. serial: one plain loop.
 //     Counter: items_per_second.
@@ -149,7 +152,7 @@ using trivial_check = in_order_check<std::remove_const_t<decltype(trivial_expect
 constexpr item trivial_sum = trivial_items * (trivial_items + 1);  // sum of 2(i+1), i < n
 
 void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics,
-                      conveyor::thread_placement placement) {
+                      conveyor::thread_placement placement, std::size_t ring_growth) {
   const cpu_meter cpu;
   for (auto _ : state) {
     trivial_check check{trivial_expected};
@@ -158,7 +161,9 @@ void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics
                                conveyor::map(add_one).workers(workers).ordered() |
                                conveyor::map(twice).workers(workers).ordered() |
                                conveyor::sink([&check](item x) { check(x); }),
-                           conveyor::pipeline_options{.metrics = metrics, .placement = placement}};
+                           conveyor::pipeline_options{.ring_growth = ring_growth,
+                                                      .metrics = metrics,
+                                                      .placement = placement}};
       (void)p.run();
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
@@ -344,14 +349,18 @@ void register_all() {
   // metrics:on (the default) and metrics:off side by side: what the per-stage clocks,
   // counters and latency histogram cost per item, measured in the same run.
   // /placement:os beside the default (automatic): what pinning by load gives.
+  // /ring_growth:1 beside the default (8): what rings that grow where neighbouring stages
+  // share a CPU give (pipeline_options::ring_growth).
   using conveyor::thread_placement;
+  constexpr std::size_t growth = conveyor::pipeline_options{}.ring_growth;
   for (const std::size_t w : {1, 2})
-    for (const auto& [suffix, metrics, placement] :
-         {std::tuple{"/metrics:on", true, thread_placement::automatic},
-          std::tuple{"/metrics:off", false, thread_placement::automatic},
-          std::tuple{"/metrics:off/placement:os", false, thread_placement::os}})
+    for (const auto& [suffix, metrics, placement, ring_growth] :
+         {std::tuple{"/metrics:on", true, thread_placement::automatic, growth},
+          std::tuple{"/metrics:off", false, thread_placement::automatic, growth},
+          std::tuple{"/metrics:off/ring_growth:1", false, thread_placement::automatic, std::size_t{1}},
+          std::tuple{"/metrics:off/placement:os", false, thread_placement::os, growth}})
       benchmark::RegisterBenchmark(("conveyor/trivial/workers:" + std::to_string(w) + suffix).c_str(),
-                                   conveyor_trivial, w, metrics, placement)
+                                   conveyor_trivial, w, metrics, placement, ring_growth)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("tbb/trivial", tbb_trivial)

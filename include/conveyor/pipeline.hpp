@@ -18,7 +18,9 @@
 // threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
 // names the stage and the item and nests the original exception — after every thread has
 // joined. Accounting always holds: produced == completed + failed + cancelled.
-// Memory is bounded: items in flight <= the ring capacities + what stages hold.
+// Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
+// of small items between two stage threads pinned to one CPU may grow by ring_growth
+// while the pipeline moves them fast: pipeline_options).
 // Hops: a ring with one thread at each end (a source, a one-worker or ordered map, a
 // batcher, a one-worker sink) is an spsc_ring, any other an mpmc_ring (detail/link.hpp).
 // Diagnosis: run()/stop()/wait()/report() return a conveyor::report (per-stage table,
@@ -101,6 +103,20 @@ struct pipeline_options {
   // (stage/map.hpp) has one such ring per worker on each side (between maps of W and V
   // workers: one per pair of workers that items pass between, up to W x V).
   std::size_t ring_capacity = 1024;
+  // How far a ring may grow while the pipeline runs (a power of two in [1, 64]; 1: every
+  // ring keeps ring_capacity). Where placement pins the two stage threads at the ends of
+  // a ring to one CPU, they take turns on it, a context switch each time the ring fills
+  // or empties: at 1024 items of stages of tens of ns, a switch every ~20-30 us, ~14% of
+  // the CPU (benchmarks/RESULTS.md, "Rings that grow where stages share a core"). Such
+  // a ring then moves to a reserve ring_capacity x ring_growth deep, made beside it up
+  // front, where its consumer takes that many elements within 500 us (at the defaults,
+  // >= 16 M elements/s: a ring in front of a slower stage never grows), and back when
+  // the two are moved apart or unpinned; the move happens when the ring is next full
+  // (detail/link.hpp, "Growing"). Only rings with one thread at each end and slots of at
+  // most 64 bytes (items of up to 40 bytes by value) get a reserve: 512 KiB a ring at
+  // most, at the defaults. Such a ring holds up to ring_capacity x (1 + ring_growth)
+  // items while it moves. The report shows the deepest each ring ran (ring_capacity).
+  std::size_t ring_growth = 8;
   // Per-stage busy / starved / blocked time, ring occupancy, item latency and per-lane
   // H2D / compute / D2H time: a few clock reads per item and stage. false: only item
   // counts are kept (report() carries the counts and verdict_kind::unmeasured).
@@ -309,11 +325,17 @@ class pipeline<chain<Bound...>> {
     state_->start_ns = detail::now_ns();
     state_->start_cpu_ns = metrics::process_cpu_ns();
     state_->ctl.open_gate();
+    for (auto& w : state_->watched) w.ns = state_->start_ns;  // before the placer thread
     if (state_->options.placement != thread_placement::os)
       state_->placer = std::make_unique<detail::load_placer>(
           state_->placed, state_->options.placement_period,
           state_->options.placement == thread_placement::by_load ? detail::pin_policy::always
-                                                                 : detail::pin_policy::automatic);
+                                                                 : detail::pin_policy::automatic,
+          detail::load_placer::shares_override{},
+          // The placer is stopped before the state goes (finish_threads()).
+          [st = state_.get()](const detail::chain_placement& where) {
+            st->follow_placement(where, std::make_index_sequence<n_rings>{});
+          });
     if (state_->options.progress) {
       const state* st = state_.get();  // stable: the state is heap-allocated
       state_->progress = std::make_unique<metrics::progress_line>(
@@ -502,6 +524,7 @@ class pipeline<chain<Bound...>> {
       }
       if (i.batches && !r.batching) r.batching = metrics::make_batch_report(i.batches->snapshot());
     }
+    report_depths(st, r, std::make_index_sequence<n_rings>{});
     r.gpu_busy_fraction = r.wall_s > 0 ? metrics::ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
     r.item_latency = metrics::make_latency_report(st.latency);
     metrics::complete_report(r);
@@ -513,6 +536,20 @@ class pipeline<chain<Bound...>> {
                    "stage and the bottleneck"};
     }
     return r;
+  }
+
+  // A ring that could grow is reported at the deepest it ran: the stage after ring I is
+  // at chain position I + 1 - first_ring_stage in the report.
+  template <std::size_t... I>
+  static void report_depths(const state& st, conveyor::report& r, std::index_sequence<I...>) {
+    (
+        [&] {
+          const auto& ring = *std::get<I>(st.rings);
+          const std::size_t at = I + 1 - state::first_ring_stage;
+          if (I >= state::first_ring_stage && ring.can_grow() && at < r.stages.size())
+            r.stages[at].ring_capacity = ring.deepest();
+        }(),
+        ...);
   }
 
   // One ring behind each stage that has output (a service's last stage included).
@@ -628,8 +665,60 @@ class pipeline<chain<Bound...>> {
       detail::check_ring_capacity("pipeline ring", o.ring_capacity);
       const auto lanes = plan_lanes(s);
       return rings_t{std::make_unique<detail::link<out_t<I>>>(
-          I == 0 && service ? input_capacity() : o.ring_capacity, ring_ends<I>(s, lanes))...};
+          I == 0 && service ? input_capacity() : o.ring_capacity, ring_ends<I>(s, lanes),
+          I == 0 && service ? 0 : ring_reserve<out_t<I>>(o))...};
     }
+    // The room ring_growth gives a ring of T: only where its slots are small (see
+    // pipeline_options::ring_growth). A ring with several threads at an end ignores it.
+    template <class T>
+    static std::size_t ring_reserve(const pipeline_options& o) {
+      constexpr bool small = sizeof(detail::envelope<T>) + sizeof(std::size_t) <= 64;
+      return small ? o.ring_capacity * o.ring_growth : 0;
+    }
+    static void check_growth(const pipeline_options& o) {
+      CONVEYOR_EXPECTS(o.ring_growth >= 1 && o.ring_growth <= 64 &&
+                           (o.ring_growth & (o.ring_growth - 1)) == 0,
+                       "pipeline_options: ring_growth must be a power of two in [1, 64] (1: "
+                       "rings never grow), got " + std::to_string(o.ring_growth) +
+                           "; 8 is the default");
+      CONVEYOR_EXPECTS(o.ring_capacity <= detail::max_ring_capacity / o.ring_growth,
+                       "pipeline_options: ring_capacity x ring_growth must be <= 2^30, got " +
+                           std::to_string(o.ring_capacity) + " x " +
+                           std::to_string(o.ring_growth) + "; lower ring_growth (1: rings "
+                           "never grow)");
+    }
+
+    // After each placer round (on its thread): every ring that can grow moves to its
+    // reserve where its two stages' threads share a CPU and shared_core_grows() says so
+    // at the rate its consumer took elements since the last round, and back elsewhere.
+    // Ring I runs from chain position I - first_ring_stage to the next one (a service's
+    // input has no position: its ring never grows).
+    template <std::size_t... I>
+    void follow_placement(const detail::chain_placement& where, std::index_sequence<I...>) {
+      const std::int64_t now = detail::now_ns();
+      (
+          [&] {
+            auto& ring = *std::get<I>(rings);
+            if (I < first_ring_stage || !ring.can_grow()) return;
+            const std::size_t from = I - first_ring_stage;
+            ring_watch& w = watched[I];
+            const std::size_t popped = ring.popped();
+            const double per_s = now > w.ns ? static_cast<double>(popped - w.popped) * 1e9 /
+                                                  static_cast<double>(now - w.ns)
+                                            : 0.0;
+            w = {popped, now};
+            ring.grow(where.share_cpu(from) && detail::shared_core_grows(ring.reserve(), per_s));
+          }(),
+          ...);
+    }
+    // The placer thread's last look at each ring (from start() on).
+    struct ring_watch {
+      std::size_t popped = 0;
+      std::int64_t ns = 0;
+    };
+    std::array<ring_watch, n_rings> watched{};
+    // The chain position of ring I's producer is I - first_ring_stage.
+    static constexpr std::size_t first_ring_stage = service ? 1 : 0;
     // Ring I runs from stage I to stage I + 1 (or to the result node of a service).
     // lanes: plan_lanes(s), planned once for all rings.
     template <std::size_t I>
@@ -661,6 +750,7 @@ class pipeline<chain<Bound...>> {
       return detail::plan_lanes(candidates, pushers, poppers);
     }
     static void check_options(const pipeline_options& o) {
+      check_growth(o);
       CONVEYOR_EXPECTS(!o.progress || o.metrics,
                        "pipeline_options: progress needs metrics = true (the line shows "
                        "measured rates and the bottleneck)");

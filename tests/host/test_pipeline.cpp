@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -475,7 +477,11 @@ TEST_CASE("pipeline: a dynamic batch leaves at its deadline with what it has") {
 
 TEST_CASE("pipeline: a slow sink never lets items in flight exceed the bound") {
   // Live items are counted by construction/destruction; with every ring at capacity 4
-  // the items alive at once are bounded by rings + what each stage holds.
+  // the items alive at once are bounded by rings + what each stage holds. The ring into
+  // the sink (one thread at each end, small items) may grow where the placer pins the
+  // map and the sink to one CPU (ring_growth): then it holds up to 4 x (1 + growth).
+  const std::size_t growth = GENERATE(1u, 8u);
+  CAPTURE(growth);
   t::counted::live.store(0);
   std::atomic<long> max_live{0};
   const std::uint64_t n = t::scaled(3000);
@@ -489,12 +495,14 @@ TEST_CASE("pipeline: a slow sink never lets items in flight exceed the bound") {
                      }
                      std::this_thread::yield();
                    }),
-               pipeline_options{.ring_capacity = 4}};
+               pipeline_options{.ring_capacity = 4, .ring_growth = growth}};
     require_conserved(p.run());
   }
-  // 2 rings x 4 + 2 map workers + 1 map + 1 sink, each holding at most two copies
-  // (the envelope and the value being moved), plus the optional in the ring pop.
-  CHECK(max_live.load() <= 2 * (2 * 4 + 2 + 1 + 1) + 4);
+  // 2 rings x 4 + the sink's ring + 2 map workers + 1 map + 1 sink, each holding at
+  // most two copies (the envelope and the value being moved), plus the optional in the
+  // ring pop.
+  const long sink_ring = growth == 1 ? 4 : static_cast<long>(4 * (1 + growth));
+  CHECK(max_live.load() <= 2 * (2 * 4 + sink_ring + 2 + 1 + 1) + 4);
   REQUIRE(t::counted::live.load() == 0);
 }
 
@@ -900,6 +908,157 @@ TEST_CASE("pipeline: a lanes link under P pushing and C popping threads keeps ev
   }
 }
 
+// A link that can grow (detail/link.hpp, "Growing"): the producer moves to the other
+// ring only where it finds its ring full and is asked to, leaving a mark; the consumer
+// takes everything before the mark, then follows.
+TEST_CASE("pipeline: a link that can grow moves at a full ring and keeps the order") {
+  using value = std::shared_ptr<std::uint64_t>;  // its use count tells what is alive
+  const auto item = [](std::uint64_t i) { return std::make_shared<std::uint64_t>(i); };
+  std::vector<value> kept;  // the test's own reference to every element pushed
+  const auto push = [&](detail::ring_link<value>& l, std::uint64_t i, bool blocking) {
+    kept.push_back(item(i));
+    return blocking ? l.push(value{kept.back()}) : l.try_push(value{kept.back()});
+  };
+  std::uint64_t next = 0;      // the next element the consumer should see
+  std::size_t position = 0;    // and its position
+  const auto pop_in_order = [&](detail::ring_link<value>& l, bool blocking) {
+    std::size_t pos = 99;
+    auto v = blocking ? l.pop(&pos) : l.try_pop(&pos);
+    REQUIRE(v.has_value());
+    REQUIRE(**v == next++);
+    REQUIRE(pos == position++);
+  };
+  {
+    detail::ring_link<value> l{4, {.pushers = 1, .poppers = 1}, 16};
+    REQUIRE(l.can_grow());
+    CHECK(l.capacity() == 4);
+    CHECK(l.reserve() == 16);
+    CHECK(l.deepest() == 4);
+    // Asked before the ring is full: nothing moves until it is.
+    l.grow(true);
+    for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(push(l, i, false));
+    REQUIRE_FALSE(push(l, 4, false));  // full; a try never moves
+    kept.pop_back();
+    CHECK(l.deepest() == 4);
+    pop_in_order(l, false);  // one slot free: the mark's
+    REQUIRE(push(l, 4, true));  // leaves the mark, goes on in the reserve
+    CHECK(l.deepest() == 16);
+    for (std::uint64_t i = 5; i < 20; ++i) REQUIRE(push(l, i, false));  // the reserve: 16
+    REQUIRE_FALSE(push(l, 20, false));
+    kept.pop_back();
+    CHECK(l.size_approx() == 3 + 1 + 16);  // 3 elements and the mark, then 16
+    // The consumer takes 1..3, passes the mark (a try does too) and follows: 4..19.
+    pop_in_order(l, false);
+    pop_in_order(l, true);
+    pop_in_order(l, false);
+    pop_in_order(l, false);  // past the mark
+    for (int i = 0; i < 15; ++i) pop_in_order(l, i % 2 == 0);
+    REQUIRE(next == 20);
+    REQUIRE_FALSE(l.try_pop().has_value());
+    // Back: again only at a full ring.
+    l.grow(false);
+    for (std::uint64_t i = 20; i < 36; ++i) REQUIRE(push(l, i, false));
+    REQUIRE_FALSE(push(l, 36, false));
+    kept.pop_back();
+    pop_in_order(l, true);
+    REQUIRE(push(l, 36, true));  // the mark in the reserve, 36 in the first ring
+    REQUIRE(push(l, 37, true));
+    for (int i = 0; i < 17; ++i) pop_in_order(l, i % 3 == 0);
+    REQUIRE(next == 38);
+    // Left inside when the link goes, on both sides of a mark: destroyed with it.
+    l.grow(true);
+    for (std::uint64_t i = 38; i < 42; ++i) REQUIRE(push(l, i, false));
+    pop_in_order(l, false);
+    REQUIRE(push(l, 42, true));  // moves: 39..41 and a mark here, 42 there
+    REQUIRE(push(l, 43, true));
+    for (std::size_t i = 0; i < kept.size(); ++i)
+      CHECK(kept[i].use_count() == (i >= 39 ? 2 : 1));
+  }
+  for (const value& v : kept) CHECK(v.use_count() == 1);
+  // After a close: the consumer drains both rings, past the mark, and sees the end;
+  // take_any() finds what a consumer left.
+  kept.clear();
+  next = position = 0;
+  detail::ring_link<value> l{4, {.pushers = 1, .poppers = 1}, 8};
+  l.grow(true);
+  for (std::uint64_t i = 0; i < 4; ++i) REQUIRE(push(l, i, false));
+  pop_in_order(l, false);
+  REQUIRE(push(l, 4, true));
+  REQUIRE(push(l, 5, true));
+  l.close();
+  REQUIRE_FALSE(push(l, 6, true));
+  pop_in_order(l, true);
+  pop_in_order(l, true);
+  pop_in_order(l, true);
+  pop_in_order(l, true);  // past the mark: 4
+  REQUIRE(l.take_any() == kept[5]);
+  REQUIRE_FALSE(l.take_any().has_value());
+  REQUIRE_FALSE(l.pop().has_value());
+  // No reserve where a mark cannot be told from a turn (capacity 2), at or below the
+  // capacity, or where several threads share an end.
+  CHECK_FALSE(detail::ring_link<int>(2, {.pushers = 1, .poppers = 1}, 16).can_grow());
+  CHECK_FALSE(detail::ring_link<int>(8, {.pushers = 1, .poppers = 1}, 8).can_grow());
+  CHECK_FALSE(detail::ring_link<int>(8, {.pushers = 2, .poppers = 1}, 64).can_grow());
+}
+
+TEST_CASE("pipeline: a growing link under a producer, a consumer and moves from a third thread") {
+  const std::uint64_t n = t::scaled(1'000'000);
+  const std::size_t capacity = GENERATE(4u, 64u);
+  CAPTURE(capacity);
+  detail::ring_link<std::uint64_t> l{capacity, {.pushers = 1, .poppers = 1}, 4 * capacity};
+  std::atomic<bool> done{false};
+  std::atomic<std::uint64_t> refused{0}, bad{0}, got{0};
+  std::thread producer{[&] {
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (i % 5 == 0) {
+        while (!l.try_push(std::uint64_t{i})) std::this_thread::yield();
+      } else if (!l.push(std::uint64_t{i})) {
+        refused.fetch_add(1);
+      }
+    }
+    l.close();
+  }};
+  std::thread consumer{[&] {
+    std::uint64_t expect = 0;
+    std::size_t pos = 0;
+    for (;;) {
+      std::optional<std::uint64_t> v;
+      if (expect % 7 == 0) {
+        v = l.try_pop(&pos);
+        if (!v) {
+          if (l.closed()) v = l.pop(&pos);  // the rest, past any mark
+          if (!v && l.closed()) break;
+          if (!v) continue;
+        }
+      } else {
+        v = l.pop(&pos);
+        if (!v) break;
+      }
+      bad.fetch_add(*v != expect || pos != expect);
+      ++expect;
+      got.fetch_add(1);
+    }
+  }};
+  // Asks the producer to move back and forth, as placer rounds would, only faster.
+  std::thread mover{[&] {
+    bool deep = false;
+    while (!done.load()) {
+      l.grow(deep = !deep);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }};
+  producer.join();
+  consumer.join();
+  done.store(true);
+  mover.join();
+  CHECK(refused.load() == 0);
+  CHECK(bad.load() == 0);
+  CHECK(got.load() == n);
+  CHECK(l.popped() == n);
+  CHECK_FALSE(l.take_any().has_value());
+  CHECK(l.deepest() == 4 * capacity);  // a blocking push moves whenever asked
+}
+
 TEST_CASE("pipeline: ordered maps of different widths on lanes keep input order") {
   const std::uint64_t n = t::scaled(20000);
   std::vector<std::uint64_t> got;
@@ -939,6 +1098,46 @@ TEST_CASE("pipeline: bad configuration fails at construction with what to change
       Catch::Contains("pass 1024"));
   REQUIRE_THROWS_WITH(pipeline(src() | sink(noop).workers(5000)),
                       Catch::Contains("workers must be in [1, 1024]"));
+  for (const std::size_t growth : {std::size_t{0}, std::size_t{3}, std::size_t{128}})
+    REQUIRE_THROWS_WITH(pipeline(src() | sink(noop), pipeline_options{.ring_growth = growth}),
+                        Catch::Contains("ring_growth must be a power of two in [1, 64]"));
+  REQUIRE_THROWS_WITH(pipeline(src() | sink(noop),
+                               pipeline_options{.ring_capacity = std::size_t{1} << 28}),
+                      Catch::Contains("lower ring_growth"));
+}
+
+// Rings that grow (pipeline_options::ring_growth): what can grow gets a reserve, the
+// report shows each ring at the deepest it ran, and with the rings moving under a
+// pinned chain every item still arrives once, in order.
+TEST_CASE("pipeline: rings of small items may grow where their stages share a CPU") {
+  const std::uint64_t n = t::scaled(400'000);
+  const std::size_t growth = GENERATE(1u, 16u);
+  CAPTURE(growth);
+  std::uint64_t next = 0;
+  bool in_order = true;
+  // Capacity 4: a ring that grows moves to 64 slots as soon as its consumer takes 64
+  // elements within 500 us (128 k/s: under sanitizers too), where the placer (every
+  // 10 ms, by_load: always pinned) puts both its threads on one CPU.
+  pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
+                 map([](std::uint64_t x) { return x + 1; }) |
+                 map([](std::uint64_t x) { return x * 2; }) |
+                 sink([&](std::uint64_t x) { in_order = in_order && x == 2 * (++next); }),
+             pipeline_options{.ring_capacity = 4,
+                              .ring_growth = growth,
+                              .placement = thread_placement::by_load,
+                              .placement_period = std::chrono::milliseconds(10)}};
+  const report r = p.run();
+  require_conserved(r);
+  CHECK(r.completed == n);
+  CHECK(in_order);
+  REQUIRE(r.stages.size() == 4);
+  CHECK(r.stages[0].ring_capacity == 0);  // the source has no input ring
+  // Whether a ring grew depends on where the placer put the threads (neighbours together
+  // on a CPU, or not); what it reports is one of the two depths either way.
+  for (std::size_t i = 1; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK((r.stages[i].ring_capacity == 4 || r.stages[i].ring_capacity == 4 * growth));
+  }
 }
 
 TEST_CASE("pipeline: soak of 1M items through every stage kind with bounded memory") {

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <cstdint>
 #include <ranges>
 #include <string_view>
@@ -321,6 +322,93 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
   shares.store(seen::alone_full);
   two_rounds();
   pinned(1);
+}
+
+TEST_CASE("shared_core_grows: a ring grows where its reserve drains within the hold") {
+  using detail::shared_core_grows;
+  // 8192 slots drain within 500 us from 16.4 M elements/s on.
+  CHECK(shared_core_grows(8192, 40e6));
+  CHECK(shared_core_grows(8192, 16.4e6));
+  CHECK_FALSE(shared_core_grows(8192, 16.3e6));
+  CHECK_FALSE(shared_core_grows(8192, 1000.0));  // a slow stage: never
+  CHECK_FALSE(shared_core_grows(8192, 0.0));     // nothing measured yet
+  CHECK(shared_core_grows(64, 200e3));           // a small reserve: from 128 k/s
+  // Neighbours share a CPU when both are pinned, to the same one.
+  detail::chain_placement where{{0, 0, 1, detail::chain_placement::not_pinned, 1}};
+  CHECK(where.share_cpu(0));
+  CHECK_FALSE(where.share_cpu(1));
+  CHECK_FALSE(where.share_cpu(2));
+  CHECK_FALSE(where.share_cpu(3));
+  CHECK_FALSE(where.share_cpu(4));  // the last stage has no next one
+  CHECK_FALSE(detail::chain_placement{{detail::chain_placement::not_pinned,
+                                       detail::chain_placement::not_pinned}}
+                  .share_cpu(0));
+}
+
+TEST_CASE("load_placer: after each round the listener sees where the chain's stages run") {
+  if (my_cpus().size() < 2) {
+    WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
+    return;
+  }
+  // A chain of three stages: one worker, two workers, one worker, each burning CPU per item.
+  detail::thread_registry registry;
+  std::vector<metrics::stage_stats> stages;
+  stages.emplace_back(1);
+  stages.emplace_back(2);
+  stages.emplace_back(1);
+  registry.set_chain({&stages[0], &stages[1], &stages[2]});
+  std::atomic<bool> stop{false};
+  std::atomic<int> registered{0};
+  struct worker_at {
+    std::size_t stage, worker;
+  };
+  const std::vector<worker_at> at{{0, 0}, {1, 0}, {1, 1}, {2, 0}};
+  std::vector<pthread_t> handles(at.size());
+  std::vector<std::thread> workers;
+  for (std::size_t i = 0; i < at.size(); ++i)
+    workers.emplace_back([&, i] {
+      handles[i] = pthread_self();
+      const detail::placement_entry entry{&registry, stages[at[i].stage], at[i].worker};
+      registered.fetch_add(1);
+      while (!stop.load()) {
+        test::burn_thread_cpu(std::chrono::microseconds(20));
+        stages[at[i].stage].worker(at[i].worker).add_items(1);
+      }
+    });
+  const stop_and_join join_workers{stop, workers};
+  while (registered.load() < static_cast<int>(at.size())) std::this_thread::yield();
+
+  std::mutex m;
+  std::vector<detail::chain_placement> seen;
+  detail::load_placer placer{registry, std::chrono::milliseconds(10), detail::pin_policy::always,
+                             {}, [&](const detail::chain_placement& where) {
+                               const std::lock_guard lock{m};
+                               seen.push_back(where);
+                             }};
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (placer.rounds() < 2 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(placer.rounds() >= 2);
+  const std::lock_guard lock{m};
+  REQUIRE(seen.size() >= 2);
+  // by_load pins every worker in every round. A stage of one worker is reported on the
+  // CPU its thread is pinned to; one of two workers is not on one CPU.
+  const detail::chain_placement& last = seen.back();
+  REQUIRE(last.cpu.size() == 3);
+  const std::vector<int> cpus = my_cpus();
+  for (const std::size_t stage : {std::size_t{0}, std::size_t{2}}) {
+    CAPTURE(stage);
+    REQUIRE(last.cpu[stage] < cpus.size());
+    const pthread_t t = handles[stage == 0 ? 0 : 3];
+    CHECK(cpus_of(t) == 1);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    REQUIRE(pthread_getaffinity_np(t, sizeof set, &set) == 0);
+    CHECK(CPU_ISSET(cpus[last.cpu[stage]], &set));
+  }
+  CHECK(last.cpu[1] == detail::chain_placement::not_pinned);
+  CHECK_FALSE(last.share_cpu(0));  // the middle stage is not one thread
+  CHECK_FALSE(last.share_cpu(1));
 }
 
 TEST_CASE("pipeline: automatic placement pins nothing beside busy threads of its process") {

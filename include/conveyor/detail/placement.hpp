@@ -346,6 +346,34 @@ inline std::optional<cpu_ticks> parse_cpu_ticks(std::string_view stat, const std
 // When a load_placer pins: always (by_load), or only by auto_pin_rule (automatic).
 enum class pin_policy { always, automatic };
 
+// What a placer round left, by stage position in the chain (thread_registry::set_chain):
+// the CPU (index into the allowed CPUs) that the stage's one worker is pinned to, or
+// not_pinned (not pinned, several workers, or none running).
+struct chain_placement {
+  static constexpr std::size_t not_pinned = ~std::size_t{0};
+  std::vector<std::size_t> cpu;
+
+  // True when stages `a` and `a + 1` each run on one thread, both pinned to one CPU.
+  bool share_cpu(std::size_t a) const noexcept {
+    return a + 1 < cpu.size() && cpu[a] != not_pinned && cpu[a] == cpu[a + 1];
+  }
+};
+
+// Whether the ring between two stage threads pinned to one CPU should move to its
+// reserve (a ring `reserve` deep). The two take turns on the CPU: the producer runs until
+// the ring is full, the consumer until it is empty, and every turn costs a context
+// switch. At 1024 items of stages of tens of ns a turn lasts ~20-30 us: the trivial
+// chain switched once per ~210 items and spent 51 ns of CPU per item, against 44 ns with
+// rings of 8192 (benchmarks/RESULTS.md, "Rings that grow where stages share a core").
+// It moves while its consumer takes the reserve's worth within shared_core_hold at the
+// rate it has taken elements from it (elements_per_s): the deeper ring adds at most
+// that to an element's wait when it is full, and a ring in front of a stage slower than
+// reserve / shared_core_hold (16 M elements/s for 8192) never grows.
+inline constexpr double shared_core_hold_s = 500e-6;
+inline bool shared_core_grows(std::size_t reserve, double elements_per_s) noexcept {
+  return static_cast<double>(reserve) <= elements_per_s * shared_core_hold_s;
+}
+
 #if defined(__linux__)
 
 // /proc/stat's ticks for the given CPUs (nullopt: unreadable, or a CPU missing).
@@ -375,6 +403,7 @@ class thread_registry {
   // Setup only (before any worker runs): the stages in chain order, by their counters, so
   // the placer knows which threads hand items to which (see spot()).
   void set_chain(std::vector<const metrics::stage_stats*> stages) { chain_ = std::move(stages); }
+  std::size_t chain_size() const noexcept { return chain_.size(); }
   // Where a worker sits in the chain; stage no_stage when its stage is not in it.
   thread_spot spot(const entry& e) const noexcept {
     const auto at = std::find(chain_.begin(), chain_.end(), e.stage);
@@ -435,16 +464,21 @@ class load_placer {
  public:
   // What was measured in a round (automatic only), for a test to replace.
   using shares_override = std::function<core_shares(const core_shares& measured)>;
+  // Told, at the end of every round, where the chain's stages run now (on the placer's
+  // thread, which stop() joins).
+  using listener = std::function<void(const chain_placement&)>;
 
   // Starts re-planning every period, on a thread of its own. Does nothing (no thread)
   // when this process may run on fewer than two CPUs.
   load_placer(thread_registry& workers, std::chrono::milliseconds period,
-              pin_policy policy = pin_policy::always, shares_override override_shares = {})
+              pin_policy policy = pin_policy::always, shares_override override_shares = {},
+              listener on_round = {})
       : workers_(workers),
         period_(period),
         cpus_(metrics::allowed_cpus()),
         policy_(policy),
-        override_(std::move(override_shares)) {
+        override_(std::move(override_shares)),
+        on_round_(std::move(on_round)) {
     if (cpus_.size() < 2) return;
     if (policy_ == pin_policy::automatic) {
       last_ticks_ = read_cpu_ticks(cpus_);
@@ -505,6 +539,7 @@ class load_placer {
     while (!wake_.wait_for(lock, wait, [this] { return stopping_; })) {
       lock.unlock();
       place();
+      if (on_round_) on_round_(where_);
       // relaxed: published by the release below.
       if (all_pinned()) pinned_rounds_.fetch_add(1, std::memory_order_relaxed);
       // release: a test that reads rounds() (acquire) sees this round's pins, and a
@@ -557,59 +592,80 @@ class load_placer {
     }
   }
 
-  // One round: every live worker's load over the window, a plan, the pins.
+  // One round: every live worker's load over the window, a plan, the pins; then where
+  // the chain's stages run (where_).
   void place() {
     workers_.with_live([this](const std::vector<thread_registry::entry>& live) {
-      std::vector<seen> now;
-      std::vector<double> loads;
-      std::vector<thread_spot> spots;
-      std::int64_t own_ns = 0;  // the stage threads' CPU time since the last round
-      for (const auto& w : live) {
-        const look current{metrics::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items,
-                           w.stage->worker(w.worker).spin_rounds()};
-        const auto before = std::find_if(seen_.begin(), seen_.end(), [&](const seen& s) {
-          return pthread_equal(s.thread, w.thread) != 0;
-        });
-        // A worker seen for the first time is measured from its start.
-        seen s{w.thread, {}, unpinned};
-        if (before != seen_.end()) s = std::move(*before);
-        const look oldest = s.looks.empty() ? look{0, 0, 0} : s.looks.front();
-        own_ns += current.cpu_ns - (s.looks.empty() ? 0 : s.looks.back().cpu_ns);
-        loads.push_back(load_per_item(
-            current.cpu_ns - oldest.cpu_ns, current.items - oldest.items,
-            static_cast<double>(current.spin_rounds - oldest.spin_rounds) * round_ns_));
-        if (s.looks.size() == window) s.looks.erase(s.looks.begin());
-        s.looks.push_back(current);
-        now.push_back(std::move(s));
-        spots.push_back(workers_.spot(w));
-      }
-      if (policy_ == pin_policy::automatic && !rule_.next(measure(own_ns))) {
-        unpin(now);
-        seen_ = std::move(now);
+      plan_and_pin(live);
+      describe(live);
+    });
+  }
+
+  // The stages' CPUs after a round, from seen_ (the round's threads, in the order of
+  // `live`).
+  void describe(const std::vector<thread_registry::entry>& live) {
+    where_.cpu.assign(workers_.chain_size(), chain_placement::not_pinned);
+    std::vector<std::size_t> threads(workers_.chain_size(), 0);
+    for (std::size_t i = 0; i < live.size() && i < seen_.size(); ++i) {
+      const std::size_t at = workers_.spot(live[i]).stage;
+      if (at >= where_.cpu.size()) continue;
+      const seen& s = seen_[i];
+      ++threads[at];
+      where_.cpu[at] = threads[at] == 1 && s.cpu != unpinned ? s.cpu : chain_placement::not_pinned;
+    }
+  }
+
+  // Measures every live worker, plans, pins (the body of a round).
+  void plan_and_pin(const std::vector<thread_registry::entry>& live) {
+    std::vector<seen> now;
+    std::vector<double> loads;
+    std::vector<thread_spot> spots;
+    std::int64_t own_ns = 0;  // the stage threads' CPU time since the last round
+    for (const auto& w : live) {
+      const look current{metrics::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items,
+                         w.stage->worker(w.worker).spin_rounds()};
+      const auto before = std::find_if(seen_.begin(), seen_.end(), [&](const seen& s) {
+        return pthread_equal(s.thread, w.thread) != 0;
+      });
+      // A worker seen for the first time is measured from its start.
+      seen s{w.thread, {}, unpinned};
+      if (before != seen_.end()) s = std::move(*before);
+      const look oldest = s.looks.empty() ? look{0, 0, 0} : s.looks.front();
+      own_ns += current.cpu_ns - (s.looks.empty() ? 0 : s.looks.back().cpu_ns);
+      loads.push_back(load_per_item(
+          current.cpu_ns - oldest.cpu_ns, current.items - oldest.items,
+          static_cast<double>(current.spin_rounds - oldest.spin_rounds) * round_ns_));
+      if (s.looks.size() == window) s.looks.erase(s.looks.begin());
+      s.looks.push_back(current);
+      now.push_back(std::move(s));
+      spots.push_back(workers_.spot(w));
+    }
+    if (policy_ == pin_policy::automatic && !rule_.next(measure(own_ns))) {
+      unpin(now);
+      seen_ = std::move(now);
+      return;
+    }
+    const std::vector<std::size_t> plan = plan_threads(loads, spots, cpus_.size());
+    const bool pinned_now = std::all_of(now.begin(), now.end(),
+                                        [](const seen& s) { return s.cpu != unpinned; });
+    if (pinned_now && !now.empty()) {
+      std::vector<std::size_t> current(now.size());
+      for (std::size_t i = 0; i < now.size(); ++i) current[i] = now[i].cpu;
+      if (plan_cost(loads, spots, plan, cpus_.size()) >=
+          min_gain * plan_cost(loads, spots, current, cpus_.size())) {
+        seen_ = std::move(now);  // no clear gain: nothing moves
         return;
       }
-      const std::vector<std::size_t> plan = plan_threads(loads, spots, cpus_.size());
-      const bool pinned_now = std::all_of(now.begin(), now.end(),
-                                          [](const seen& s) { return s.cpu != unpinned; });
-      if (pinned_now && !now.empty()) {
-        std::vector<std::size_t> current(now.size());
-        for (std::size_t i = 0; i < now.size(); ++i) current[i] = now[i].cpu;
-        if (plan_cost(loads, spots, plan, cpus_.size()) >=
-            min_gain * plan_cost(loads, spots, current, cpus_.size())) {
-          seen_ = std::move(now);  // no clear gain: nothing moves
-          return;
-        }
-      }
-      for (std::size_t i = 0; i < now.size(); ++i) {
-        if (now[i].cpu == plan[i]) continue;
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpus_[plan[i]], &set);
-        // A failure (the mask was restricted from outside) leaves the thread where it is.
-        if (pthread_setaffinity_np(now[i].thread, sizeof(set), &set) == 0) now[i].cpu = plan[i];
-      }
-      seen_ = std::move(now);
-    });
+    }
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      if (now[i].cpu == plan[i]) continue;
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpus_[plan[i]], &set);
+      // A failure (the mask was restricted from outside) leaves the thread where it is.
+      if (pthread_setaffinity_np(now[i].thread, sizeof(set), &set) == 0) now[i].cpu = plan[i];
+    }
+    seen_ = std::move(now);
   }
 
   thread_registry& workers_;
@@ -617,9 +673,11 @@ class load_placer {
   const std::vector<int> cpus_;
   const pin_policy policy_;
   const shares_override override_;
+  const listener on_round_;
 
   // The placer thread only (after the constructor):
-  std::vector<seen> seen_;
+  std::vector<seen> seen_;  // the last round's threads, in the registry's order then
+  chain_placement where_;
   double round_ns_ = 0;  // spin_round_ns(), measured here rather than in start()
   auto_pin_rule rule_;
   std::int64_t last_wall_ns_ = 0, last_process_ns_ = 0;
@@ -646,8 +704,9 @@ class placement_entry {
 class load_placer {
  public:
   using shares_override = std::function<core_shares(const core_shares& measured)>;
+  using listener = std::function<void(const chain_placement&)>;
   load_placer(thread_registry&, std::chrono::milliseconds, pin_policy = pin_policy::always,
-              shares_override = {}) {}
+              shares_override = {}, listener = {}) {}
   void stop() noexcept {}
   std::uint64_t rounds() const noexcept { return 0; }
   std::uint64_t pinned_rounds() const noexcept { return 0; }

@@ -5,6 +5,8 @@
 //   ring.push(std::move(e));  auto e = ring.pop();                       // either way
 //   detail::ring_link<envelope<int>> lanes{1024, {.pushers = 2, .poppers = 3, .lanes = true}};
 //   lanes.port(1).push(std::move(e));  auto e = lanes.port(2).pop();      // per thread
+//   detail::ring_link<envelope<int>> deep{1024, {1, 1}, 8192};  // may move to 8192 slots
+//   deep.grow(true);                                             // any thread
 //
 // A hop between stages is the whole per-item cost of a pipeline of cheap stages, and an
 // SPSC hop is several times cheaper than an MPMC one: no compare-and-swap on a shared
@@ -32,14 +34,29 @@
 // made (p == c mod gcd(P, C): the diagonal where P == C).
 //
 // The choice is made once at construction; every call is one predictable branch (two
-// for the lanes).
+// for the lanes and for a link that can grow).
+//
+// Growing: an SPSC link may be given a reserve (a deeper ring beside its ring). grow(true)
+// asks its producer to move there, grow(false) to move back. The producer moves at its
+// next push that finds the ring full (where a deeper ring pays: one that never fills
+// holds few elements whatever its size; a blocking push() counts too, the stages try
+// first), by leaving a mark in the ring it leaves (spsc_ring's "Marks") and going on in
+// the other. The consumer takes every element before the mark, then the mark, and
+// follows. Each ring is FIFO and the marks chain the stretches, so the order holds
+// however often the producer moves back and forth. The common push (a ring with room)
+// and pop (an element there) cost what they cost on any SPSC link, plus the branch and,
+// for the consumer, its count (popped(): the rate the pipeline decides by). The
+// pipeline asks a ring to grow where its two stage threads share a CPU (see
+// pipeline.hpp, ring_growth). Both rings are made up front: capacity + reserve slots.
 //
 // Thread-safety: as the ring chosen: with ends{1, 1} one pushing and one popping thread
 // at a time (happens-before ordered if they change); with lanes the same for each end
 // (port) of either side; otherwise any threads. close(), closed(), capacity(),
-// size_approx() from any thread; take_any() only once no thread pushes or pops.
+// size_approx(), grow(), can_grow(), reserve(), deepest() from any thread; take_any()
+// only once no thread pushes or pops.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
@@ -75,20 +92,46 @@ class ring_link {
  public:
   using value_type = T;
 
-  // @throws config_error unless capacity is a power of two in [2, 2^30].
+  // @throws config_error unless capacity (and a reserve above it) is a power of two in
+  // [2, 2^30]. reserve: the deeper ring an SPSC link may grow into (see "Growing"); none
+  // at or below capacity, below 4 (a mark needs it), or on other links.
   // Its rings' sleepers accept batched wake-ups under load (see detail::wait_point): the
   // stage threads that put them off end before the link does.
-  ring_link(std::size_t capacity, ring_ends ends) {
-    if (ends.lanes && !ends.single())
+  ring_link(std::size_t capacity, ring_ends ends, std::size_t reserve = 0) {
+    if (ends.lanes && !ends.single()) {
       lanes_ = std::make_unique<lane_set>(capacity, ends.pushers, ends.poppers);
-    else if (ends.single())
+    } else if (ends.single()) {
       ring_access::batch_wakes(spsc_.emplace(capacity));
-    else
+      if (reserve > capacity && capacity >= 4)
+        ring_access::batch_wakes(grow_.emplace(reserve, &*spsc_).deep);
+    } else {
       ring_access::batch_wakes(mpmc_.emplace(capacity));
+    }
   }
 
   bool is_spsc() const noexcept { return spsc_.has_value(); }
   bool is_lanes() const noexcept { return lanes_ != nullptr; }
+
+  // Whether the link has a reserve to grow into.
+  bool can_grow() const noexcept { return grow_.has_value(); }
+  // Asks the producer to move to the reserve (true) or back (false); see "Growing".
+  void grow(bool deep) noexcept {
+    // relaxed: a request the producer reads when its ring is full; the elements follow
+    // the marks, whatever either side saw of it.
+    if (grow_) grow_->want_deep.store(deep, std::memory_order_relaxed);
+  }
+  // The reserve's capacity (capacity() for a link that cannot grow), and the deepest
+  // ring the producer has moved to so far.
+  std::size_t reserve() const noexcept { return grow_ ? grow_->deep.capacity() : capacity(); }
+  // How many elements the consumer has taken (a link that can grow; else 0): what its
+  // rate is measured by.
+  std::size_t popped() const noexcept {
+    return grow_ ? grow_->popped.load(std::memory_order_relaxed) : 0;  // relaxed: a count
+  }
+  std::size_t deepest() const noexcept {
+    // relaxed: a statistic, exact after join.
+    return grow_ && grow_->grew.load(std::memory_order_relaxed) ? reserve() : capacity();
+  }
 
   // End i of the side that has several threads, for that thread alone (with lanes; on
   // other links every port is the link itself). The plain calls below are port 0's.
@@ -124,12 +167,30 @@ class ring_link {
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
+    if (grow_) {
+      for (;;) {
+        if (auto v = grow_->out->pop_until(deadline)) {
+          grow_->counted(nullptr);
+          return v;
+        }
+        if (!ring_access::take_mark(*grow_->out)) return std::nullopt;
+        grow_->follow();
+      }
+    }
     if (spsc_) return spsc_->pop_until(deadline);
     if (mpmc_) return mpmc_->pop_until(deadline);
     return lanes_->pop_until(0, deadline);
   }
   // Once no thread pushes or pops (after join): any element left, from any lane.
   std::optional<T> take_any() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    if (grow_) {  // both rings, past any marks
+      for (spsc_ring<T>* ring : {&*spsc_, &grow_->deep})
+        for (;;) {
+          if (auto v = ring->try_pop()) return v;
+          if (!ring_access::take_mark(*ring)) break;
+        }
+      return std::nullopt;
+    }
     if (spsc_) return spsc_->try_pop();
     if (mpmc_) return mpmc_->try_pop();
     for (auto& lane : lanes_->rings)
@@ -139,6 +200,7 @@ class ring_link {
   }
 
   void close() noexcept {
+    if (grow_) grow_->deep.close();
     if (spsc_) return spsc_->close();
     if (mpmc_) return mpmc_->close();
     for (auto& lane : lanes_->rings)
@@ -159,6 +221,7 @@ class ring_link {
     return n;
   }
   std::size_t size_approx() const noexcept {
+    if (grow_) return spsc_->size_approx() + grow_->deep.size_approx();  // a mark counts as one
     if (spsc_) return spsc_->size_approx();
     if (mpmc_) return mpmc_->size_approx();
     std::size_t n = 0;
@@ -173,24 +236,27 @@ class ring_link {
   // The calls of end `end` (a port): with lanes, that end's lane; else the one ring.
   CONVEYOR_HOT_INLINE bool try_push_at(std::size_t end, T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (spsc_) return spsc_->try_push(std::move(v));
+    if (spsc_) return grow_ ? grow_->in->try_push(std::move(v)) : spsc_->try_push(std::move(v));
     if (mpmc_) return mpmc_->try_push(std::move(v));
     return lanes_->try_push(end, std::move(v));
   }
   template <class... Args>
   CONVEYOR_HOT_INLINE bool try_emplace_at(std::size_t end, Args&&... args) noexcept {
-    if (spsc_) return spsc_->try_emplace(std::forward<Args>(args)...);
+    if (spsc_)
+      return (grow_ ? *grow_->in : *spsc_).try_emplace(std::forward<Args>(args)...);
     if (mpmc_) return mpmc_->try_emplace(std::forward<Args>(args)...);
     return lanes_->try_emplace(end, std::forward<Args>(args)...);
   }
   CONVEYOR_HOT_INLINE bool push_at(std::size_t end, T&& v, wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
+    if (grow_) return grow_->push(std::move(v), timing);
     if (spsc_) return ring_access::push(*spsc_, std::move(v), timing);
     if (mpmc_) return ring_access::push(*mpmc_, std::move(v), timing);
     return lanes_->push(end, std::move(v), timing);
   }
   CONVEYOR_HOT_INLINE std::optional<T> try_pop_at(std::size_t end, std::size_t* position) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
+    if (grow_) return grow_->try_pop(position);
     if (spsc_) return ring_access::take(*spsc_, position);
     if (mpmc_) return mpmc_->try_pop(position);
     return lanes_->try_pop(end, position);
@@ -198,6 +264,7 @@ class ring_link {
   CONVEYOR_HOT_INLINE std::optional<T> pop_at(std::size_t end, std::size_t* position,
                                               wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
+    if (grow_) return grow_->pop(position, timing);
     if (spsc_) return ring_access::pop(*spsc_, position, timing);
     if (mpmc_) return ring_access::pop(*mpmc_, position, timing);
     return lanes_->pop(end, position, timing);
@@ -286,10 +353,89 @@ class ring_link {
     std::vector<end_state> pushed, popped;
   };
 
+  // A link that can grow: the reserve, and which ring each side uses now (each side's
+  // pointer on a line of its own: it reads it on every call, the other side never).
+  // position: for an SPSC link, how many elements were popped before (counted here:
+  // each ring counts only its own).
+  struct grow_set {
+    grow_set(std::size_t reserve, spsc_ring<T>* shallow)
+        : deep(reserve), shallow_(shallow), in(shallow), out(shallow) {}
+
+    // The producer's push after its try found the ring full (or a blocking push() of
+    // its own): where it is asked to move, it leaves the mark (waiting for the slot the
+    // mark needs) and goes on in the other ring; else it waits for room.
+    bool push(T&& v, wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
+      for (;;) {
+        if (move_wanted() && ring_access::try_mark(*in)) {
+          in = in == shallow_ ? &deep : shallow_;
+          // relaxed: a statistic (deepest()).
+          if (in == &deep) grew.store(true, std::memory_order_relaxed);
+          continue;  // the other ring may still be full: the consumer has not left it
+        }
+        if (in->try_push(std::move(v))) return true;  // moves v only when it succeeds
+        if (!ring_access::wait_room(*in, timing)) return false;  // closed
+      }
+    }
+    bool move_wanted() const noexcept {
+      return want_deep.load(std::memory_order_relaxed) != (in == &deep);  // see grow()
+    }
+
+    // The consumer: the next element, past a mark into the other ring. Inlined into the
+    // stage's loop like spsc_ring's take() (see there), the marks out of line.
+    CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      if (std::optional<T> v = ring_access::take(*out, nullptr)) {
+        counted(position);
+        return v;
+      }
+      return past_marks(position);
+    }
+    [[gnu::noinline]] std::optional<T> past_marks(std::size_t* position) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      while (ring_access::take_mark(*out)) {
+        follow();
+        if (std::optional<T> v = ring_access::take(*out, nullptr)) {
+          counted(position);
+          return v;
+        }
+      }
+      return std::nullopt;
+    }
+    std::optional<T> pop(std::size_t* position, wait_timing* timing) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      for (;;) {
+        if (auto v = ring_access::pop(*out, nullptr, timing)) {
+          counted(position);
+          return v;
+        }
+        if (!ring_access::take_mark(*out)) return std::nullopt;  // closed and drained
+        follow();
+      }
+    }
+    void follow() noexcept { out = out == shallow_ ? &deep : shallow_; }
+    // One more element taken; position: how many were taken before it.
+    CONVEYOR_HOT_INLINE void counted(std::size_t* position) noexcept {
+      // relaxed: the consumer's own count (it alone writes it), read by others as a
+      // statistic (popped()).
+      const std::size_t n = popped.load(std::memory_order_relaxed);
+      if (position) *position = n;
+      popped.store(n + 1, std::memory_order_relaxed);
+    }
+
+    spsc_ring<T> deep;
+    spsc_ring<T>* const shallow_;
+    std::atomic<bool> want_deep{false};
+    std::atomic<bool> grew{false};
+    alignas(cache_line_size) spsc_ring<T>* in;  // the producer's
+    alignas(cache_line_size) spsc_ring<T>* out;  // the consumer's
+    std::atomic<std::size_t> popped{0};          // written by the consumer only
+  };
+
   // Exactly one is engaged, for the object's whole life.
   std::optional<spsc_ring<T>> spsc_;
   std::optional<mpmc_ring<T>> mpmc_;
   std::unique_ptr<lane_set> lanes_;
+  std::optional<grow_set> grow_;  // with spsc_ only
 };
 
 // One thread's end of a ring_link: with lanes, the pusher or popper `index` of its side;
