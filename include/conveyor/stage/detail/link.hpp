@@ -381,25 +381,29 @@ class ring_link {
     }
 
     // The consumer: the next element, past a mark into the other ring. Inlined into the
-    // stage's loop like spsc_ring's take() (see there), the marks out of line.
+    // stage's loop like spsc_ring's take() (see there), the marks out of line. One
+    // optional, returned by name from every path, so the compiler builds it in place:
+    // returned from one path while another returned a second object, it was moved into
+    // the result and then destroyed on every pop (perf: an out-of-line reset).
     CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
-      if (std::optional<T> v = ring_access::take(*out, nullptr)) {
+      std::optional<T> v = ring_access::take(*out, nullptr);
+      if (v) [[likely]]
         counted(position);
-        return v;
-      }
-      return past_marks(position);
+      else
+        past_marks(v, position);
+      return v;
     }
-    [[gnu::noinline]] std::optional<T> past_marks(std::size_t* position) noexcept(
+    [[gnu::noinline]] void past_marks(std::optional<T>& v, std::size_t* position) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
       while (ring_access::take_mark(*out)) {
         follow();
-        if (std::optional<T> v = ring_access::take(*out, nullptr)) {
+        if (std::optional<T> w = ring_access::take(*out, nullptr)) {
+          v.emplace(std::move(*w));
           counted(position);
-          return v;
+          return;
         }
       }
-      return std::nullopt;
     }
     std::optional<T> pop(std::size_t* position, wait_timing* timing) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
