@@ -108,8 +108,8 @@ struct pipeline_options {
   // a ring to one CPU, they take turns on it, a context switch each time the ring fills
   // or empties: at 1024 items of stages of tens of ns, a switch every ~20-30 us, ~14% of
   // the CPU (benchmarks/RESULTS.md, "Rings that grow where stages share a core"). Such
-  // a ring then moves to a reserve ring_capacity x ring_growth deep, made beside it up
-  // front, where its consumer takes that many elements within 500 us (at the defaults,
+  // a ring then moves to a reserve ring_capacity x ring_growth deep, made when it first
+  // grows, where its consumer takes that many elements within 500 us (at the defaults,
   // >= 16 M elements/s: a ring in front of a slower stage never grows), and back when
   // the two are moved apart or unpinned; the move happens when the ring is next full
   // (detail/link.hpp, "Growing"). Only rings with one thread at each end and slots of at

@@ -47,13 +47,15 @@
 // and pop (an element there) cost what they cost on any SPSC link, plus the branch and,
 // for the consumer, its count (popped(): the rate the pipeline decides by). The
 // pipeline asks a ring to grow where its two stage threads share a CPU (see
-// pipeline.hpp, ring_growth). Both rings are made up front: capacity + reserve slots.
+// pipeline.hpp, ring_growth). The reserve is made at the first grow(true), on the
+// caller's thread, and kept until the link goes: a link that never grows costs no more
+// memory than one that cannot.
 //
 // Thread-safety: as the ring chosen: with ends{1, 1} one pushing and one popping thread
 // at a time (happens-before ordered if they change); with lanes the same for each end
 // (port) of either side; otherwise any threads. close(), closed(), capacity(),
-// size_approx(), grow(), can_grow(), reserve(), deepest() from any thread; take_any()
-// only once no thread pushes or pops.
+// size_approx(), can_grow(), reserve(), deepest() from any thread, grow() from one
+// thread at a time (the placer's); take_any() only once no thread pushes or pops.
 #pragma once
 
 #include <atomic>
@@ -103,7 +105,7 @@ class ring_link {
     } else if (ends.single()) {
       ring_access::batch_wakes(spsc_.emplace(capacity));
       if (reserve > capacity && capacity >= 4)
-        ring_access::batch_wakes(grow_.emplace(reserve, &*spsc_).deep);
+        grow_.emplace(reserve, &*spsc_);
     } else {
       ring_access::batch_wakes(mpmc_.emplace(capacity));
     }
@@ -115,14 +117,19 @@ class ring_link {
   // Whether the link has a reserve to grow into.
   bool can_grow() const noexcept { return grow_.has_value(); }
   // Asks the producer to move to the reserve (true) or back (false); see "Growing".
+  // The first grow(true) makes the reserve; if that fails (out of memory), the link
+  // stays where it is.
   void grow(bool deep) noexcept {
-    // relaxed: a request the producer reads when its ring is full; the elements follow
-    // the marks, whatever either side saw of it.
-    if (grow_) grow_->want_deep.store(deep, std::memory_order_relaxed);
+    if (!grow_) return;
+    if (deep && grow_->deep.load(std::memory_order_relaxed) == nullptr && !grow_->make_deep())
+      return;  // relaxed: only this thread (grow()'s) writes the pointer
+    // release: pairs with the producer's acquire in move_wanted(): a producer asked to
+    // move sees the reserve made. The elements themselves follow the marks.
+    grow_->want_deep.store(deep, std::memory_order_release);
   }
   // The reserve's capacity (capacity() for a link that cannot grow), and the deepest
   // ring the producer has moved to so far.
-  std::size_t reserve() const noexcept { return grow_ ? grow_->deep.capacity() : capacity(); }
+  std::size_t reserve() const noexcept { return grow_ ? grow_->reserve : capacity(); }
   // How many elements the consumer has taken (a link that can grow; else 0): what its
   // rate is measured by.
   std::size_t popped() const noexcept {
@@ -184,11 +191,13 @@ class ring_link {
   // Once no thread pushes or pops (after join): any element left, from any lane.
   std::optional<T> take_any() noexcept(std::is_nothrow_move_constructible_v<T>) {
     if (grow_) {  // both rings, past any marks
-      for (spsc_ring<T>* ring : {&*spsc_, &grow_->deep})
+      for (spsc_ring<T>* ring : {&*spsc_, grow_->deep.load(std::memory_order_acquire)}) {
+        if (ring == nullptr) continue;  // no reserve made
         for (;;) {
           if (auto v = ring->try_pop()) return v;
           if (!ring_access::take_mark(*ring)) break;
         }
+      }
       return std::nullopt;
     }
     if (spsc_) return spsc_->try_pop();
@@ -200,7 +209,11 @@ class ring_link {
   }
 
   void close() noexcept {
-    if (grow_) grow_->deep.close();
+    // acquire: pairs with make_deep()'s release; a reserve made after this load is not
+    // closed, but no producer can move into it: it leaves a ring only by a mark, which a
+    // closed ring refuses.
+    if (grow_)
+      if (spsc_ring<T>* deep = grow_->deep.load(std::memory_order_acquire)) deep->close();
     if (spsc_) return spsc_->close();
     if (mpmc_) return mpmc_->close();
     for (auto& lane : lanes_->rings)
@@ -221,7 +234,10 @@ class ring_link {
     return n;
   }
   std::size_t size_approx() const noexcept {
-    if (grow_) return spsc_->size_approx() + grow_->deep.size_approx();  // a mark counts as one
+    if (grow_) {  // a mark counts as one
+      const spsc_ring<T>* deep = grow_->deep.load(std::memory_order_acquire);
+      return spsc_->size_approx() + (deep ? deep->size_approx() : 0);
+    }
     if (spsc_) return spsc_->size_approx();
     if (mpmc_) return mpmc_->size_approx();
     std::size_t n = 0;
@@ -358,8 +374,28 @@ class ring_link {
   // position: for an SPSC link, how many elements were popped before (counted here:
   // each ring counts only its own).
   struct grow_set {
-    grow_set(std::size_t reserve, spsc_ring<T>* shallow)
-        : deep(reserve), shallow_(shallow), in(shallow), out(shallow) {}
+    grow_set(std::size_t reserve_slots, spsc_ring<T>* shallow)
+        : reserve(reserve_slots), shallow_(shallow), in(shallow), out(shallow) {}
+
+    // grow()'s thread: makes the reserve and publishes it; false when out of memory.
+    bool make_deep() noexcept {
+      try {
+        made_ = std::make_unique<spsc_ring<T>>(reserve);
+      } catch (...) {
+        return false;
+      }
+      ring_access::batch_wakes(*made_);
+      // release: pairs with the acquire loads of deep; the ring is constructed.
+      deep.store(made_.get(), std::memory_order_release);
+      return true;
+    }
+    // The ring a side goes on in after a mark in `from`. The reserve exists: a side
+    // leaves the first ring for it only after the producer saw it made.
+    spsc_ring<T>* other(spsc_ring<T>* from) const noexcept {
+      // acquire: pairs with make_deep()'s release (for the consumer, the producer's mark
+      // and its own acquire of the request already order it).
+      return from == shallow_ ? deep.load(std::memory_order_acquire) : shallow_;
+    }
 
     // The producer's push after its try found the ring full (or a blocking push() of
     // its own): where it is asked to move, it leaves the mark (waiting for the slot the
@@ -367,9 +403,9 @@ class ring_link {
     bool push(T&& v, wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
       for (;;) {
         if (move_wanted() && ring_access::try_mark(*in)) {
-          in = in == shallow_ ? &deep : shallow_;
+          in = other(in);
           // relaxed: a statistic (deepest()).
-          if (in == &deep) grew.store(true, std::memory_order_relaxed);
+          if (in != shallow_) grew.store(true, std::memory_order_relaxed);
           continue;  // the other ring may still be full: the consumer has not left it
         }
         if (in->try_push(std::move(v))) return true;  // moves v only when it succeeds
@@ -377,7 +413,8 @@ class ring_link {
       }
     }
     bool move_wanted() const noexcept {
-      return want_deep.load(std::memory_order_relaxed) != (in == &deep);  // see grow()
+      // acquire: pairs with grow()'s release: asked to move, the producer sees the reserve.
+      return want_deep.load(std::memory_order_acquire) != (in != shallow_);
     }
 
     // The consumer: the next element, past a mark into the other ring. Inlined into the
@@ -416,7 +453,7 @@ class ring_link {
         follow();
       }
     }
-    void follow() noexcept { out = out == shallow_ ? &deep : shallow_; }
+    void follow() noexcept { out = other(out); }
     // One more element taken; position: how many were taken before it.
     CONVEYOR_HOT_INLINE void counted(std::size_t* position) noexcept {
       // relaxed: the consumer's own count (it alone writes it), read by others as a
@@ -426,7 +463,9 @@ class ring_link {
       popped.store(n + 1, std::memory_order_relaxed);
     }
 
-    spsc_ring<T> deep;
+    const std::size_t reserve;                 // the reserve's capacity
+    std::unique_ptr<spsc_ring<T>> made_;       // the reserve, once made (grow()'s thread)
+    std::atomic<spsc_ring<T>*> deep{nullptr};  // made_, published; null until then
     spsc_ring<T>* const shallow_;
     std::atomic<bool> want_deep{false};
     std::atomic<bool> grew{false};
