@@ -1026,9 +1026,9 @@ TEST_CASE("pipeline: a growing link under a producer, a consumer and moves from 
       if (expect % 7 == 0) {
         v = l.try_pop(&pos);
         if (!v) {
-          if (l.closed()) v = l.pop(&pos);  // the rest, past any mark
-          if (!v && l.closed()) break;
-          if (!v) continue;
+          if (!l.closed()) continue;
+          v = l.pop(&pos);  // closed: the rest, past any mark
+          if (!v) break;
         }
       } else {
         v = l.pop(&pos);
