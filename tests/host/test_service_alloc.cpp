@@ -70,10 +70,13 @@ TEST_CASE("service: submit with a small callback allocates nothing per item; sub
 
 TEST_CASE("service: a submit whose callback cannot be stored gives its ticket back") {
   std::atomic<bool> release{false};
+  // placement os: no placer thread, whose rounds allocate and could take the failure
+  // meant for submit() (fail_next_allocation fails the next allocation on any thread).
   pipeline svc{input<int>() | map([&](int x) {
                  while (!release.load()) std::this_thread::yield();
                  return x;
-               })};
+               }),
+               pipeline_options{.placement = thread_placement::os}};
   const conveyor::test::release_on_exit open_gate{release};  // after svc: see test_support.hpp
   svc.start();
   std::atomic<int> calls{0};
