@@ -29,6 +29,18 @@
 //   conveyor/graphs:on  (CUDA) the model replays a captured CUDA graph per batch shape
 //   conveyor/normalize:cpu  prepare normalizes on the CPU and the pipeline ships floats
 //                      (4 bytes a pixel) instead of bytes normalized by a device kernel
+// Configurations bound elsewhere than the CPU, each beside the thread_queue loop on the
+// same work (thread_queue/model:wide, thread_queue/frames):
+//   conveyor/model:wide  the same images through a much wider MLP (compute-bound)
+//   conveyor/frames    frames already in host memory (a pool used round robin, as decoded
+//                      video would be), copied by stage-in straight into the pinned slot,
+//                      through a light model, over 8 lanes on CUDA (4 on the host): meant
+//                      to be transfer-bound, if the lanes' copies into pinned memory
+//                      outrun PCIe (stage_stage_in against stage_h2d says whether they do).
+//                      The pool (64 MiB on CUDA) is larger than the caches: each copy
+//                      reads DRAM while the H2D DMA reads it too.
+//   conveyor/frames/pool:hot  the same with a pool of 16 frames (4 MiB), in the caches, as
+//                      a decoder's last few outputs would be
 // The bandwidth probe, for the transfer stage's goodput as a ratio:
 //   bandwidth/h2d:pinned, bandwidth/d2h:pinned   copy_async of 2 x 8 MiB (host) or
 //                    2 x 64 MiB (CUDA) between pinned and device buffers, synchronized
@@ -40,17 +52,20 @@
 //                      (on CUDA it makes the lanes' cuBLAS handles)
 //   gpu_busy_fraction  conveyor: the report's union of the lanes' compute intervals / wall;
 //                      loops: their classify time (timing events around it) / wall
-//   ideal_items_per_second  1 / the slowest stage measured in isolation in the same run,
-//                      just before the timed loop: prepare (per image, on one thread,
-//                      divided by the W workers the pipeline gets), the device step (H2D +
-//                      classify + D2H of batches of B back to back on one stream, one wait
-//                      at the end, per image) and
-//                      postprocess (per image). The same bound for every peer.
+//   stage_<s>_items_per_second  each stage of the configuration measured alone in the same
+//                      run, just before the timed loop, as the pipeline runs it: prepare on
+//                      its W workers at once, stage-in (the copy into pinned slots) on its L
+//                      lane threads at once, then h2d, compute and d2h each alone with
+//                      batches spread over the L lanes' streams, and postprocess
+//   ideal_items_per_second  the slowest of those: no pipeline of these stages goes faster.
+//                      The loops get the bound of the pipeline's configuration.
 //   efficiency         items_per_second / ideal_items_per_second
 //   latency_p50_ms, latency_p95_ms  conveyor: item latency (source -> sink) from the report
-//   h2d_bytes_per_second  conveyor: the lanes' H2D bytes / time in H2D (goodput); compare
-//                      with bandwidth/h2d:pinned's bytes_per_second from the same run
+//   h2d_goodput_bytes_per_second  conveyor: the lanes' H2D bytes / the run's wall time;
+//                      compare with bandwidth/h2d:pinned's bytes_per_second (same run)
+//   h2d_bytes_per_second  conveyor: the same bytes / the lanes' time in H2D (copy speed)
 //   bytes_per_second   bandwidth probes
+// CONVEYOR_BENCH_REPORTS=1 prints each conveyor row's last report to stderr.
 // JSON: --benchmark_out=inf.json --benchmark_out_format=json; a short table of it:
 // python3 benchmarks/summarize.py inf.json.
 // On the host runtime the "device" is CPU threads too, so on 2 cores prepare and the
@@ -63,16 +78,21 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iostream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -95,6 +115,23 @@ struct config {
   std::size_t workers = 2;        // W: prepare workers in the pipeline
   int prepare_rounds = 8;         // CPU preprocessing cost per image
   std::size_t copy_bytes = 8u << 20;  // per copy of the bandwidth probe
+  // The compute-bound configuration (conveyor/model:wide): the same images through a
+  // wider MLP, so the device is the slowest stage.
+  std::size_t wide_hidden = 512;
+  // The transfer-bound configuration (conveyor/frames): frames already in host memory (a
+  // pool, as decoded video or a capture ring), copied by stage-in straight into the pinned
+  // slot, through a model so light that the H2D copy is the slowest stage.
+  std::size_t frame_bytes = 16u << 10;
+  std::size_t frame_pool = 64;    // distinct frames, used round robin: more than the caches hold
+  std::size_t frame_pool_hot = 8;  // conveyor/frames/pool:hot: a few frames, in the caches
+  std::size_t frame_batch = 16;
+  std::size_t frame_lanes = 4;    // stage-in copies on each lane's thread: lanes copy at once
+  cm::mlp_shape frame_shape() const {
+    return {.input = frame_bytes, .hidden = 16, .layers = 2, .classes = 10};
+  }
+  cm::mlp_shape wide_shape() const {
+    return {.input = shape.input, .hidden = wide_hidden, .layers = shape.layers, .classes = shape.classes};
+  }
 };
 
 constexpr std::size_t sweep_batches[] = {1, 4, 16, 64, 256, 1024};
@@ -107,6 +144,7 @@ struct run_opts {
   std::size_t workers = 0;  // 0: the config's
   bool graphs = false;      // CUDA: the model with cuda_graphs
   bool cpu_normalize = false;  // normalize in prepare and ship floats (else bytes, normalized on the device)
+  bool wide = false;        // the compute-bound model (config::wide_shape)
 };
 
 // A prepared image: pixels as bytes, or (normalized on the CPU) as floats.
@@ -210,12 +248,16 @@ struct device_step {
     return st == staging::pinned ? out.data() : pageable_out.data();
   }
 
-  // Enqueues H2D, classify and D2H of `items` images from and to pinned memory; nothing
-  // waits, nothing is timed (the stage-bound probe calls this back to back).
-  template <class Model>
-  void enqueue(Model& model, std::size_t items, std::size_t lane) {
+  // Enqueue one device stage for `items` images (pinned memory on the host side); nothing
+  // waits, nothing is timed: the stage-bound probe calls each back to back, alone.
+  void enqueue_h2d(std::size_t items) {
     copy_async(d_in.span().subspan(0, items * n_), in.span().subspan(0, items * n_), s);
+  }
+  template <class Model>
+  void enqueue_classify(Model& model, std::size_t items, std::size_t lane) {
     model.classify(d_in.span().subspan(0, items * n_), d_out.span(), items, s, lane);
+  }
+  void enqueue_d2h(std::size_t items) {
     copy_async(out.span().subspan(0, items), d_out.span().subspan(0, items), s);
   }
 
@@ -253,13 +295,106 @@ struct device_step {
   std::size_t n_;
 };
 
-// Everything one runtime's benchmarks share: the model (lanes 0..3 for the pipeline, 4
-// for the loops) and the serial peer's labels to check against.
+// The stage bound of one configuration: each stage measured alone, now, in items per
+// second, the way the pipeline runs it (prepare on its W workers at once, stage-in on its
+// L lane threads at once, each device stage back to back on one stream). The pipeline can
+// go no faster than its slowest stage: bound() is that rate and the stage's name.
+struct stage_rates {
+  double prepare = 0, stage_in = 0, h2d = 0, compute = 0, d2h = 0, post = 0;  // 0: no such stage
+
+  std::pair<double, const char*> bound() const {
+    std::pair<double, const char*> b{1e300, "none"};
+    for (const auto& [rate, name] : {std::pair{prepare, "prepare"}, {stage_in, "stage_in"}, {h2d, "h2d"},
+                                     {compute, "compute"}, {d2h, "d2h"}, {post, "postprocess"}})
+      if (rate > 0 && rate < b.first) b = {rate, name};
+    return b;
+  }
+  double ideal() const { return bound().first; }
+};
+
+// Items per second of `threads` threads, started together, each calling fn(thread, i) for
+// i < per_thread; the fastest of `repeats` (other work on the cores only ever slows a
+// probe), with untimed() called before each. W workers are not W times one: cores share
+// caches, memory and, in a VM, often a physical core (SMT), so a stage that runs on W
+// threads is measured on W threads.
+template <class Fn, class Untimed = void (*)()>
+double parallel_rate(std::size_t threads, std::size_t per_thread, int repeats, Fn fn,
+                     Untimed untimed = [] {}) {
+  double best = 0;
+  for (int r = 0; r < repeats; ++r) {
+    untimed();
+    std::atomic<std::size_t> ready{0};
+    std::atomic<bool> go{false};
+    clock_type::time_point t0;
+    {
+      std::vector<std::jthread> pool;
+      for (std::size_t t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+          ready.fetch_add(1, std::memory_order_relaxed);
+          while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+          for (std::size_t i = 0; i < per_thread; ++i) fn(t, i);
+        });
+      while (ready.load(std::memory_order_relaxed) < threads) std::this_thread::yield();
+      t0 = clock_type::now();
+      go.store(true, std::memory_order_release);
+    }  // joins
+    best = std::max(best, static_cast<double>(threads * per_thread) / seconds_since(t0));
+  }
+  return best;
+}
+
+// The three device stages of `batch` images (or frames) each, as the pipeline runs them:
+// batches spread over `lanes` lanes (each its own stream, buffers and model lane), back
+// to back, one wait at the end (a wait per batch would add a host round trip that a
+// pipeline hides). H2D, classify and D2H each alone, in items per second; the fastest of
+// 5. `input` holds one batch, copied into every lane's pinned buffer first.
+template <class R, class Elem, class Model>
+void device_rates(stage_rates& r, Model& m, std::size_t batch, std::size_t n, std::size_t lanes,
+                  const Elem* input) {
+  std::vector<std::unique_ptr<device_step<R, Elem>>> steps;
+  for (std::size_t l = 0; l < lanes; ++l) {
+    steps.push_back(std::make_unique<device_step<R, Elem>>(batch, n));
+    std::copy_n(input, batch * n, steps[l]->in.data());
+    steps[l]->run(m, batch, l);  // warm: binds model lane l to this stream (graphs: captures)
+  }
+  const std::size_t batches = std::max<std::size_t>(4 * lanes, 1024 / batch);
+  const double items = static_cast<double>(batches) * static_cast<double>(batch);
+  auto rate = [&](auto&& enqueue_on) {
+    double best = 0;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = clock_type::now();
+      for (std::size_t b = 0; b < batches; ++b) enqueue_on(*steps[b % lanes], b % lanes);
+      for (auto& st : steps) st->s.synchronize();
+      best = std::max(best, items / seconds_since(t0));
+    }
+    return best;
+  };
+  r.h2d = rate([&](device_step<R, Elem>& st, std::size_t) { st.enqueue_h2d(batch); });
+  r.compute = rate([&](device_step<R, Elem>& st, std::size_t l) { st.enqueue_classify(m, batch, l); });
+  r.d2h = rate([&](device_step<R, Elem>& st, std::size_t) { st.enqueue_d2h(batch); });
+}
+
+// Postprocess: the sink stores a label per item.
+inline double post_rate() {
+  constexpr std::size_t probe = 4096;
+  std::vector<std::uint32_t> labels(probe);
+  double best = 0;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = clock_type::now();
+    for (std::size_t i = 0; i < probe; ++i) labels[i] = static_cast<std::uint32_t>(i) ^ 1u;
+    benchmark::DoNotOptimize(labels.data());
+    best = std::max(best, static_cast<double>(probe) / seconds_since(t0));
+  }
+  return best;
+}
+
+// Everything one runtime's benchmarks share: the models (lanes 0..3 for the pipeline, 4
+// for the loops and the probes) and the serial peer's labels to check against.
 template <class R>
 struct bench_env {
   static constexpr std::size_t max_lanes = 4;
   explicit bench_env(const config& c)
-      : cfg(c), model(options(c, false)), step(max_batch, c.shape.input) {
+      : cfg(c), model(options(c.shape, max_batch, false)), step(max_batch, c.shape.input) {
     expected.resize(c.items);
     for (std::uint64_t id = 0; id < c.items; ++id) {  // one at a time, as the serial peer
       prepare_into(id, step.in.data(), c.shape.input, c.prepare_rounds, tmp);
@@ -268,79 +403,148 @@ struct bench_env {
     }
   }
 
-  static cm::mlp_options options(const config& c, bool graphs) {
-    return {.shape = c.shape, .lanes = max_lanes + 1, .max_items = max_batch, .cuda_graphs = graphs};
+  static cm::mlp_options options(const cm::mlp_shape& shape, std::size_t max_items, bool graphs) {
+    return {.shape = shape, .lanes = max_lanes + 1, .max_items = max_items, .cuda_graphs = graphs};
   }
-  // The model a run uses: the graph-capturing one is made on first use.
-  cm::model_t<R>& model_for(bool graphs) {
-    if (!graphs) return model;
-    if (!graph_model) graph_model = std::make_unique<cm::model_t<R>>(options(cfg, true));
+  // The model a run uses: the graph-capturing one and the wide one are made on first use.
+  cm::model_t<R>& model_for(const run_opts& o) {
+    if (o.wide) {
+      if (!wide_model) {
+        wide_model = std::make_unique<cm::model_t<R>>(options(cfg.wide_shape(), max_batch, false));
+        // Its labels, in batches of the configuration's size (the pipeline's shape).
+        wide_expected.resize(cfg.items);
+        for (std::uint64_t first = 0; first < cfg.items; first += cfg.batch) {
+          const std::size_t b = std::min<std::size_t>(cfg.batch, cfg.items - first);
+          for (std::size_t i = 0; i < b; ++i)
+            prepare_into(first + i, step.in.data() + i * cfg.shape.input, cfg.shape.input,
+                         cfg.prepare_rounds, tmp);
+          step.run(*wide_model, b, max_lanes);
+          std::copy_n(step.out.data(), b, wide_expected.begin() + static_cast<std::ptrdiff_t>(first));
+        }
+      }
+      return *wide_model;
+    }
+    if (!o.graphs) return model;
+    if (!graph_model) graph_model = std::make_unique<cm::model_t<R>>(options(cfg.shape, max_batch, true));
     return *graph_model;
   }
-
-  // The device step for Elem inputs (the float one is made on first use).
-  template <class Elem>
-  device_step<R, Elem>& step_for() {
-    if constexpr (std::is_same_v<Elem, std::uint8_t>) {
-      return step;
-    } else {
-      if (!float_step) float_step = std::make_unique<device_step<R, float>>(max_batch, cfg.shape.input);
-      return *float_step;
-    }
+  const std::vector<std::uint32_t>& expected_for(const run_opts& o) const {
+    return o.wide ? wide_expected : expected;
   }
 
-  // The bound: 1 / the slowest stage, each measured alone, now, for batches of `batch`,
-  // `workers` prepare workers and Elem inputs (floats: normalized in prepare, 4 bytes a
-  // pixel over the copy). Each stage is measured five times and the fastest kept: other
-  // processes on the cores only ever slow a probe.
+  // The bound for the image pipeline with batches of `batch`, `workers` prepare workers,
+  // `lanes` lanes and Elem inputs (floats: normalized in prepare, 4 bytes a pixel over the
+  // copy), on the model the run uses. The loops get the same bound (the pipeline's shape).
   template <class Elem = std::uint8_t>
-  double ideal_items_per_second(std::size_t batch = 0, std::size_t workers = 0,
-                                bool graphs = false) {
-    auto& m = model_for(graphs);  // the model the run uses: graphs make the device faster
-    if (batch == 0) batch = cfg.batch;
-    if (workers == 0) workers = cfg.workers;
-    constexpr std::size_t probe = 200;
-    constexpr int repeats = 5;
-    const int batches = static_cast<int>(std::max<std::size_t>(2, 256 / batch));
+  stage_rates bound(run_opts o = {}) {
+    const std::size_t batch = o.batch != 0 ? o.batch : cfg.batch;
+    const std::size_t workers = o.workers != 0 ? o.workers : cfg.workers;
+    auto& m = model_for(o);
     const std::size_t n = cfg.shape.input;
-    auto& st = step_for<Elem>();
-    for (std::size_t i = 0; i < batch; ++i) {
-      const auto im = prepare_as<Elem>(i, cfg);
-      std::copy(im.px.begin(), im.px.end(), st.in.data() + i * n);
+    stage_rates r;
+    // Each prepared item is kept, as in the pipeline, where it leaves the worker for the
+    // rings: every item gets fresh memory. (Dropping it at once would hand the next item
+    // the same hot allocation, which no worker in a pipeline gets.) The items are freed
+    // outside the timed part, as other stages free them in the pipeline.
+    constexpr std::size_t per_worker = 400;
+    std::vector<std::vector<prepared<Elem>>> held(workers);
+    r.prepare = parallel_rate(
+        workers, per_worker, 5,
+        [&](std::size_t t, std::size_t i) { held[t].push_back(prepare_as<Elem>(t * per_worker + i, cfg)); },
+        [&] {
+          for (auto& h : held) {
+            h.clear();
+            h.reserve(per_worker);
+          }
+        });
+    // Stage-in: each lane thread copies prepared items into its pinned slot.
+    {
+      std::vector<prepared<Elem>> items;
+      for (std::size_t i = 0; i < batch; ++i) items.push_back(prepare_as<Elem>(i, cfg));
+      std::vector<typename R::template pinned_buffer<Elem>> slots;
+      for (std::size_t l = 0; l < o.lanes; ++l) slots.emplace_back(batch * n);
+      r.stage_in = parallel_rate(o.lanes, 2048, 5, [&](std::size_t t, std::size_t i) {
+        const std::size_t k = i % batch;
+        std::memcpy(slots[t].data() + k * n, items[k].px.data(), n * sizeof(Elem));
+      });
+      std::vector<Elem> input(batch * n);
+      for (std::size_t i = 0; i < batch; ++i) std::copy(items[i].px.begin(), items[i].px.end(), input.data() + i * n);
+      device_rates<R>(r, m, batch, n, o.lanes, input.data());
     }
-    double prepare_s = 1e9, device_s = 1e9, post_s = 1e9;
-    st.run(m, batch, max_lanes);  // warm (and, with graphs, captures this shape)
-    std::vector<std::uint32_t> labels(probe);
-    for (int r = 0; r < repeats; ++r) {
-      auto t0 = clock_type::now();
-      for (std::uint64_t id = 0; id < probe; ++id) benchmark::DoNotOptimize(prepare_as<Elem>(id, cfg));
-      prepare_s = std::min(prepare_s, seconds_since(t0) / probe / static_cast<double>(workers));
-      // The device's own rate: batches back to back on one stream, one wait at the end
-      // (a wait per batch would add a host round trip that a pipeline hides).
-      t0 = clock_type::now();
-      for (int b = 0; b < batches; ++b) st.enqueue(m, batch, max_lanes);
-      st.s.synchronize();
-      device_s = std::min(device_s, seconds_since(t0) / (batches * static_cast<double>(batch)));
-      t0 = clock_type::now();
-      for (std::size_t i = 0; i < probe; ++i) labels[i] = static_cast<std::uint32_t>(i) ^ 1u;
-      benchmark::DoNotOptimize(labels.data());
-      post_s = std::min(post_s, seconds_since(t0) / probe);
+    r.post = post_rate();
+    return r;
+  }
+
+  // The transfer-bound configuration's frames, their model, step and labels (first use).
+  struct frames_env {
+    frames_env(const config& c)
+        : model(cm::mlp_options{.shape = c.frame_shape(), .lanes = c.frame_lanes + 1, .max_items = c.frame_batch}),
+          step(c.frame_batch, c.frame_bytes),
+          pool(c.frame_pool * c.frame_bytes), label(c.frame_pool) {
+      for (std::size_t f = 0; f < c.frame_pool; ++f)
+        cm::make_pixels(1000003 + f, std::span(pool.data() + f * c.frame_bytes, c.frame_bytes));
+      for (std::size_t first = 0; first < c.frame_pool; first += c.frame_batch) {
+        const std::size_t b = std::min(c.frame_batch, c.frame_pool - first);
+        std::memcpy(step.in.data(), pool.data() + first * c.frame_bytes, b * c.frame_bytes);
+        step.run(model, b, c.frame_lanes);  // the loops' lane: 0 .. frame_lanes - 1 are the pipeline's
+        std::copy_n(step.out.data(), b, label.begin() + static_cast<std::ptrdiff_t>(first));
+      }
     }
-    return 1.0 / std::max({prepare_s, device_s, post_s});
+    cm::model_t<R> model;
+    device_step<R> step;
+    std::vector<std::uint8_t> pool;   // pageable host memory, as a decoder's output would be
+    std::vector<std::uint32_t> label;  // per frame of the pool
+  };
+  // pool: cfg.frame_pool (more than the caches hold) or cfg.frame_pool_hot (a few frames,
+  // as a decoder's last outputs: in the CPU's caches).
+  frames_env& frames(std::size_t pool) {
+    auto& f = frames_[pool];
+    if (!f) {
+      config c = cfg;
+      c.frame_pool = pool;
+      f = std::make_unique<frames_env>(c);
+    }
+    return *f;
+  }
+  stage_rates frames_bound(std::size_t pool) {
+    auto& f = frames(pool);
+    const std::size_t fb = cfg.frame_bytes, lanes = cfg.frame_lanes;
+    stage_rates r;
+    std::vector<typename R::template pinned_buffer<std::uint8_t>> slots;
+    for (std::size_t l = 0; l < lanes; ++l) slots.emplace_back(cfg.frame_batch * fb);
+    // Each lane thread copies frames of its share of the pool, round robin, as the
+    // pipeline's lanes do (together they sweep the whole pool).
+    const std::size_t per_lane = std::max<std::size_t>(64, 4 * pool / lanes);
+    r.stage_in = parallel_rate(lanes, per_lane, 5, [&](std::size_t t, std::size_t i) {
+      const std::size_t frame = (t * pool / lanes + i) % pool;
+      std::memcpy(slots[t].data() + (i % cfg.frame_batch) * fb, f.pool.data() + frame * fb, fb);
+    });
+    std::vector<std::uint8_t> input(cfg.frame_batch * fb);
+    for (std::size_t i = 0; i < cfg.frame_batch; ++i)
+      std::memcpy(input.data() + i * fb, f.pool.data() + (i % pool) * fb, fb);
+    device_rates<R>(r, f.model, cfg.frame_batch, fb, lanes, input.data());
+    r.post = post_rate();
+    return r;
   }
 
   // Counters every peer sets; false (and the benchmark skipped) when a label is wrong.
   // timed_s: the timed part of every iteration, as the framework's real time counts it;
   // compute_s (the loops; negative: not given): the device's classify time within it.
-  bool finish(benchmark::State& state, double ideal, double timed_s,
-              const std::vector<std::uint32_t>& got, double compute_s = -1) {
-    const auto items = state.iterations() * static_cast<std::int64_t>(cfg.items);
+  bool finish(benchmark::State& state, const stage_rates& bound, double timed_s,
+              const std::vector<std::uint32_t>& got, const std::vector<std::uint32_t>& want,
+              double compute_s = -1) {
+    const auto items = state.iterations() * static_cast<std::int64_t>(got.size());
     state.SetItemsProcessed(items);
+    const double ideal = bound.ideal();
     state.counters["ideal_items_per_second"] = ideal;
+    for (const auto& [rate, name] : {std::pair{bound.prepare, "prepare"}, {bound.stage_in, "stage_in"},
+                                     {bound.h2d, "h2d"}, {bound.compute, "compute"}, {bound.d2h, "d2h"},
+                                     {bound.post, "postprocess"}})
+      if (rate > 0) state.counters[std::string("stage_") + name + "_items_per_second"] = rate;
     if (timed_s > 0) state.counters["efficiency"] = static_cast<double>(items) / timed_s / ideal;
     if (timed_s > 0 && compute_s >= 0) state.counters["gpu_busy_fraction"] = compute_s / timed_s;
     std::size_t differ = 0;
-    for (std::size_t i = 0; i < cfg.items; ++i) differ += got[i] != expected[i];
+    for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
     state.counters["labels_differ"] = static_cast<double>(differ);
     if (differ != 0 && std::string_view(R::name) == "host") {
       state.SkipWithError("labels differ from the serial loop's on the host runtime");
@@ -352,9 +556,11 @@ struct bench_env {
   config cfg;
   cm::model_t<R> model;
   std::unique_ptr<cm::model_t<R>> graph_model;  // with cuda_graphs; made on first use
+  std::unique_ptr<cm::model_t<R>> wide_model;   // config::wide_shape; made on first use
   device_step<R> step;
-  std::unique_ptr<device_step<R, float>> float_step;  // made on first use
-  std::vector<std::uint32_t> expected;
+  std::map<std::size_t, std::unique_ptr<frames_env>> frames_;  // by pool size; made on first use
+  std::vector<std::uint32_t> expected;       // the serial peer's labels
+  std::vector<std::uint32_t> wide_expected;  // the wide model's, batch by batch
   std::vector<std::uint8_t> tmp;
 };
 
@@ -364,7 +570,7 @@ struct bench_env {
 template <class R>
 void serial(benchmark::State& state, bench_env<R>& env, staging st) {
   const config& c = env.cfg;
-  const double ideal = env.ideal_items_per_second();
+  const stage_rates bound = env.bound();
   std::vector<std::uint32_t> got(c.items);
   double timed_s = 0;
   env.step.compute_s = 0;
@@ -378,13 +584,13 @@ void serial(benchmark::State& state, bench_env<R>& env, staging st) {
     }
     timed_s += seconds_since(t0);
   }
-  env.finish(state, ideal, timed_s, got, env.step.compute_s);
+  env.finish(state, bound, timed_s, got, env.expected, env.step.compute_s);
 }
 
 template <class R>
 void batched(benchmark::State& state, bench_env<R>& env, staging st) {
   const config& c = env.cfg;
-  const double ideal = env.ideal_items_per_second();
+  const stage_rates bound = env.bound();
   std::vector<std::uint32_t> got(c.items);
   double timed_s = 0;
   env.step.compute_s = 0;
@@ -401,29 +607,34 @@ void batched(benchmark::State& state, bench_env<R>& env, staging st) {
     }
     timed_s += seconds_since(t0);
   }
-  env.finish(state, ideal, timed_s, got, env.step.compute_s);
+  env.finish(state, bound, timed_s, got, env.expected, env.step.compute_s);
 }
 
-// The hand-written overlap: one producer thread, a bounded mutex + condvar queue.
-template <class R>
-void thread_queue(benchmark::State& state, bench_env<R>& env, staging st) {
-  const config& c = env.cfg;
-  const double ideal = env.ideal_items_per_second();
-  std::vector<std::uint32_t> got(c.items);
+// The hand-written overlap: one producer thread makes batches of items (produce(id)) into
+// a bounded mutex + condvar queue (depth 4); the calling thread stages each batch
+// (stage(item, dst)) into the step's host buffer, copies, classifies, copies back and waits.
+template <class R, class Model, class Produce, class Stage>
+void thread_queue_loop(benchmark::State& state, bench_env<R>& env, staging st, Model& model,
+                       std::size_t lane, device_step<R>& step, std::size_t batch,
+                       const std::vector<std::uint32_t>& want, const stage_rates& bound,
+                       Produce produce, Stage stage) {
+  using item_t = std::invoke_result_t<Produce&, std::uint64_t>;
+  const std::size_t items = want.size(), n = step.n_;
+  std::vector<std::uint32_t> got(items);
   double timed_s = 0;
-  env.step.compute_s = 0;
+  step.compute_s = 0;
   for (auto _ : state) {
     const auto t0 = clock_type::now();
     std::mutex m;
     std::condition_variable cv;
-    std::deque<std::vector<image>> q;
+    std::deque<std::vector<std::pair<std::uint64_t, item_t>>> q;
     bool done = false;
     constexpr std::size_t depth = 4;
     std::thread producer([&] {
-      for (std::uint64_t first = 0; first < c.items; first += c.batch) {
-        std::vector<image> b;
-        for (std::uint64_t id = first; id < std::min<std::uint64_t>(first + c.batch, c.items); ++id)
-          b.push_back(prepare(id, c));
+      for (std::uint64_t first = 0; first < items; first += batch) {
+        std::vector<std::pair<std::uint64_t, item_t>> b;
+        for (std::uint64_t id = first; id < std::min<std::uint64_t>(first + batch, items); ++id)
+          b.emplace_back(id, produce(id));
         std::unique_lock lock{m};
         cv.wait(lock, [&] { return q.size() < depth; });
         q.push_back(std::move(b));
@@ -434,7 +645,7 @@ void thread_queue(benchmark::State& state, bench_env<R>& env, staging st) {
       cv.notify_all();
     });
     for (;;) {
-      std::vector<image> b;
+      std::vector<std::pair<std::uint64_t, item_t>> b;
       {
         std::unique_lock lock{m};
         cv.wait(lock, [&] { return done || !q.empty(); });
@@ -443,15 +654,75 @@ void thread_queue(benchmark::State& state, bench_env<R>& env, staging st) {
         q.pop_front();
         cv.notify_all();
       }
-      for (std::size_t i = 0; i < b.size(); ++i)
-        std::memcpy(env.step.host_in(st) + i * c.shape.input, b[i].px.data(), c.shape.input);
-      env.step.run(env.model, b.size(), bench_env<R>::max_lanes, st);
-      for (std::size_t i = 0; i < b.size(); ++i) got[b[i].id] = env.step.host_out(st)[i];
+      for (std::size_t i = 0; i < b.size(); ++i) stage(b[i].second, step.host_in(st) + i * n);
+      step.run(model, b.size(), lane, st);
+      for (std::size_t i = 0; i < b.size(); ++i) got[b[i].first] = step.host_out(st)[i];
     }
     producer.join();
     timed_s += seconds_since(t0);
   }
-  env.finish(state, ideal, timed_s, got, env.step.compute_s);
+  env.finish(state, bound, timed_s, got, want, step.compute_s);
+}
+
+template <class R>
+void thread_queue(benchmark::State& state, bench_env<R>& env, staging st) {
+  const config& c = env.cfg;
+  thread_queue_loop(state, env, st, env.model, bench_env<R>::max_lanes, env.step, c.batch, env.expected, env.bound(),
+                    [&c](std::uint64_t id) { return prepare(id, c).px; },
+                    [&c](const std::vector<std::uint8_t>& px, std::uint8_t* dst) {
+                      std::memcpy(dst, px.data(), c.shape.input);
+                    });
+}
+
+// The same loop on the compute-bound model and on the transfer-bound frames (its producer
+// only passes frame ids: the frames exist; the copy into the staging buffer is the work).
+template <class R>
+void thread_queue_wide(benchmark::State& state, bench_env<R>& env) {
+  const config& c = env.cfg;
+  const run_opts o{.wide = true};
+  auto& model = env.model_for(o);
+  thread_queue_loop(state, env, staging::pinned, model, bench_env<R>::max_lanes, env.step, c.batch,
+                    env.expected_for(o),
+                    env.bound(o), [&c](std::uint64_t id) { return prepare(id, c).px; },
+                    [&c](const std::vector<std::uint8_t>& px, std::uint8_t* dst) {
+                      std::memcpy(dst, px.data(), c.shape.input);
+                    });
+}
+template <class R>
+void thread_queue_frames(benchmark::State& state, bench_env<R>& env, std::size_t pool) {
+  const config& c = env.cfg;
+  auto& f = env.frames(pool);
+  std::vector<std::uint32_t> want(c.items);
+  for (std::size_t id = 0; id < c.items; ++id) want[id] = f.label[id % pool];
+  thread_queue_loop(state, env, staging::pinned, f.model, c.frame_lanes, f.step, c.frame_batch, want,
+                    env.frames_bound(pool), [](std::uint64_t id) { return id; },
+                    [&](std::uint64_t id, std::uint8_t* dst) {
+                      std::memcpy(dst, f.pool.data() + (id % pool) * c.frame_bytes, c.frame_bytes);
+                    });
+}
+
+// What the pipeline's report says: GPU busy (mean over the iterations), the last
+// iteration's item latency, and its H2D traffic two ways: per second of the lanes' own
+// H2D time (the copies' speed; concurrent copies on several lanes each count their own
+// time) and per second of the run's wall time (the goodput: what the pipeline delivered).
+std::string current_row;  // the benchmark running now (State has no name in benchmark 1.7)
+
+// With CONVEYOR_BENCH_REPORTS=1 in the environment the last iteration's report is printed
+// to stderr too (which stage was busy, starved or blocked, the verdict).
+inline void report_counters(benchmark::State& state, double busy_sum, const conveyor::report& last) {
+  if (const char* e = std::getenv("CONVEYOR_BENCH_REPORTS"); e != nullptr && std::string_view(e) == "1")
+    std::cerr << "\n" << current_row << ":\n" << last << std::flush;
+  state.counters["gpu_busy_fraction"] =
+      busy_sum / static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
+  state.counters["latency_p50_ms"] = last.item_latency.p50_s * 1e3;
+  state.counters["latency_p95_ms"] = last.item_latency.p95_s * 1e3;
+  double h2d_bytes = 0, h2d_s = 0;
+  for (const auto& l : last.lanes) {
+    h2d_bytes += static_cast<double>(l.h2d_bytes);
+    h2d_s += l.h2d_s;
+  }
+  if (h2d_s > 0) state.counters["h2d_bytes_per_second"] = h2d_bytes / h2d_s;
+  if (last.wall_s > 0) state.counters["h2d_goodput_bytes_per_second"] = h2d_bytes / last.wall_s;
 }
 
 template <class R, class Elem>
@@ -461,58 +732,111 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
   const std::size_t lanes = o.lanes;
   const std::size_t batch = o.batch != 0 ? o.batch : c.batch;
   const std::size_t workers = o.workers != 0 ? o.workers : c.workers;
-  const double ideal = env.template ideal_items_per_second<Elem>(batch, workers, o.graphs);
+  const stage_rates bound = env.template bound<Elem>(o);
   const std::size_t n = c.shape.input;
-  auto& model = env.model_for(o.graphs);
+  auto& model = env.model_for(o);
   std::vector<std::uint32_t> got(c.items);
   double busy = 0.0, timed_s = 0;
   conveyor::report last;
   for (auto _ : state) {
-    state.PauseTiming();  // construction makes streams (and on CUDA, cuBLAS handles)
-    auto segment = conveyor::gpu<R, Elem, std::uint32_t>(
-        {.lanes = lanes, .slots_per_lane = 2, .in_elems = batch * n, .out_elems = batch,
-         .name = "mlp"},
-        [n](std::vector<item_t>& b, typename R::template pinned_span<Elem> dst) {
-          for (std::size_t i = 0; i < b.size(); ++i)
-            std::memcpy(dst.data() + i * n, b[i].px.data(), n * sizeof(Elem));
-          return b.size() * n;
-        },
-        [&model](conveyor::lane_batch<R, Elem, std::uint32_t>& l) {
-          model.classify(l.in, l.out, l.items, l.stream, l.lane);
-          return l.items;
-        },
-        [](std::vector<item_t>&& b, typename R::template pinned_span<const std::uint32_t> cls) {
-          std::vector<label> out;
-          out.reserve(b.size());
-          for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i].id, cls[i]});
-          return out;
-        });
-    segment.streams(cm::lane_streams<R>(model));
-    conveyor::pipeline p{
-        conveyor::source([i = std::uint64_t{0}, &c]() mutable -> std::optional<std::uint64_t> {
-          if (i == c.items) return std::nullopt;
-          return i++;
-        }) |
-        conveyor::map([&c](std::uint64_t id) { return prepare_as<Elem>(id, c); }).workers(workers).ordered().name("prepare") |
-        conveyor::batch(batch) | std::move(segment) | conveyor::unbatch() |
-        conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
+    // Construction (streams, slots, on CUDA cuBLAS handles) and destruction (freeing the
+    // slots: the frames' pipeline has 128 MiB of them pinned) are not timed, as an
+    // application makes its pipeline once; run() is.
+    state.PauseTiming();
+    {
+      auto segment = conveyor::gpu<R, Elem, std::uint32_t>(
+          {.lanes = lanes, .slots_per_lane = 2, .in_elems = batch * n, .out_elems = batch,
+           .name = "mlp"},
+          [n](std::vector<item_t>& b, typename R::template pinned_span<Elem> dst) {
+            for (std::size_t i = 0; i < b.size(); ++i)
+              std::memcpy(dst.data() + i * n, b[i].px.data(), n * sizeof(Elem));
+            return b.size() * n;
+          },
+          [&model](conveyor::lane_batch<R, Elem, std::uint32_t>& l) {
+            model.classify(l.in, l.out, l.items, l.stream, l.lane);
+            return l.items;
+          },
+          [](std::vector<item_t>&& b, typename R::template pinned_span<const std::uint32_t> cls) {
+            std::vector<label> out;
+            out.reserve(b.size());
+            for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i].id, cls[i]});
+            return out;
+          });
+      segment.streams(cm::lane_streams<R>(model));
+      conveyor::pipeline p{
+          conveyor::source([i = std::uint64_t{0}, &c]() mutable -> std::optional<std::uint64_t> {
+            if (i == c.items) return std::nullopt;
+            return i++;
+          }) |
+          conveyor::map([&c](std::uint64_t id) { return prepare_as<Elem>(id, c); }).workers(workers).ordered().name("prepare") |
+          conveyor::batch(batch) | std::move(segment) | conveyor::unbatch() |
+          conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
+      state.ResumeTiming();
+      const auto t0 = clock_type::now();
+      last = p.run();
+      timed_s += seconds_since(t0);
+      busy += last.gpu_busy_fraction;
+      state.PauseTiming();
+    }  // p and the segment go here, untimed
     state.ResumeTiming();
-    const auto t0 = clock_type::now();
-    last = p.run();
-    timed_s += seconds_since(t0);
-    busy += last.gpu_busy_fraction;
   }
-  state.counters["gpu_busy_fraction"] = busy / static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
-  // The last iteration's latency and transfer goodput.
-  state.counters["latency_p50_ms"] = last.item_latency.p50_s * 1e3;
-  state.counters["latency_p95_ms"] = last.item_latency.p95_s * 1e3;
-  double h2d_bytes = 0, h2d_s = 0;
-  for (const auto& l : last.lanes) {
-    h2d_bytes += static_cast<double>(l.h2d_bytes);
-    h2d_s += l.h2d_s;
+  report_counters(state, busy, last);
+  env.finish(state, bound, timed_s, got, env.expected_for(o));
+}
+
+// The transfer-bound configuration: frame ids | batch | gpu segment whose stage-in copies
+// each frame from the pool straight into the pinned slot (the one copy a frame in
+// pageable memory needs) | unbatch | sink. No prepare stage: the frames exist.
+template <class R>
+void pipelined_frames(benchmark::State& state, bench_env<R>& env, std::size_t pool) {
+  const config& c = env.cfg;
+  auto& f = env.frames(pool);
+  const stage_rates bound = env.frames_bound(pool);
+  const std::size_t fb = c.frame_bytes;
+  std::vector<std::uint32_t> got(c.items), want(c.items);
+  for (std::size_t id = 0; id < c.items; ++id) want[id] = f.label[id % pool];
+  double busy = 0.0, timed_s = 0;
+  conveyor::report last;
+  for (auto _ : state) {
+    state.PauseTiming();  // construction and destruction are not timed (see pipelined_as)
+    {
+      auto segment = conveyor::gpu<R, std::uint8_t, std::uint32_t>(
+          {.lanes = c.frame_lanes, .slots_per_lane = 2, .in_elems = c.frame_batch * fb,
+           .out_elems = c.frame_batch, .name = "mlp"},
+          [&](std::vector<std::uint64_t>& b, typename R::template pinned_span<std::uint8_t> dst) {
+            for (std::size_t i = 0; i < b.size(); ++i)
+              std::memcpy(dst.data() + i * fb, f.pool.data() + (b[i] % pool) * fb, fb);
+            return b.size() * fb;
+          },
+          [&f](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {
+            f.model.classify(l.in, l.out, l.items, l.stream, l.lane);
+            return l.items;
+          },
+          [](std::vector<std::uint64_t>&& b, typename R::template pinned_span<const std::uint32_t> cls) {
+            std::vector<label> out;
+            out.reserve(b.size());
+            for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i], cls[i]});
+            return out;
+          });
+      segment.streams(cm::lane_streams<R>(f.model));
+      conveyor::pipeline p{
+          conveyor::source([i = std::uint64_t{0}, &c]() mutable -> std::optional<std::uint64_t> {
+            if (i == c.items) return std::nullopt;
+            return i++;
+          }) |
+          conveyor::batch(c.frame_batch) | std::move(segment) | conveyor::unbatch() |
+          conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
+      state.ResumeTiming();
+      const auto t0 = clock_type::now();
+      last = p.run();
+      timed_s += seconds_since(t0);
+      busy += last.gpu_busy_fraction;
+      state.PauseTiming();
+    }  // p and the segment go here, untimed
+    state.ResumeTiming();
   }
-  if (h2d_s > 0) state.counters["h2d_bytes_per_second"] = h2d_bytes / h2d_s;
-  env.finish(state, ideal, timed_s, got);
+  report_counters(state, busy, last);
+  env.finish(state, bound, timed_s, got, want);
 }
 
 template <class R>
@@ -573,7 +897,10 @@ void register_all(const config& c) {
           [get, fn, st](benchmark::State& s) { fn(s, get(), st); })
           ->UseRealTime()->Unit(benchmark::kMillisecond);
   auto conveyor_run = [get](const std::string& name, run_opts o) {
-    benchmark::RegisterBenchmark(name.c_str(), [get, o](benchmark::State& s) { pipelined<R>(s, get(), o); })
+    benchmark::RegisterBenchmark(name.c_str(), [get, o, name](benchmark::State& s) {
+      current_row = name;
+      pipelined<R>(s, get(), o);
+    })
         ->UseRealTime()->Unit(benchmark::kMillisecond);
   };
   for (std::size_t lanes = 1; lanes <= bench_env<R>::max_lanes; ++lanes)
@@ -585,6 +912,25 @@ void register_all(const config& c) {
   if constexpr (!std::is_same_v<R, conveyor::host::runtime>)
     conveyor_run(rt + "/conveyor/graphs:on", {.graphs = true});
   conveyor_run(rt + "/conveyor/normalize:cpu", {.cpu_normalize = true});
+  // The compute-bound and the transfer-bound configurations, each beside the hand-written
+  // thread + queue loop on the same work.
+  conveyor_run(rt + "/conveyor/model:wide", {.wide = true});
+  benchmark::RegisterBenchmark((rt + "/thread_queue/model:wide").c_str(),
+                               [get](benchmark::State& s) { thread_queue_wide<R>(s, get()); })
+      ->UseRealTime()->Unit(benchmark::kMillisecond);
+  for (const bool hot : {false, true}) {
+    const std::size_t pool = hot ? c.frame_pool_hot : c.frame_pool;
+    const std::string suffix = hot ? "/frames/pool:hot" : "/frames";
+    benchmark::RegisterBenchmark((rt + "/conveyor" + suffix).c_str(),
+                                 [get, pool, name = rt + "/conveyor" + suffix](benchmark::State& s) {
+                                   current_row = name;
+                                   pipelined_frames<R>(s, get(), pool);
+                                 })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((rt + "/thread_queue" + suffix).c_str(),
+                                 [get, pool](benchmark::State& s) { thread_queue_frames<R>(s, get(), pool); })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
   for (const staging st : {staging::pinned, staging::pageable})
     for (const bool h2d : {true, false})
       benchmark::RegisterBenchmark(
@@ -619,14 +965,18 @@ int main(int argc, char** argv) {
   if (conveyor::cuda::device_count() > 0) {
     const config c{.shape = {.input = 784, .hidden = 1024, .layers = 4, .classes = 10},
                    .batch = 256, .items = 32768, .workers = 4, .prepare_rounds = 8,
-                   .copy_bytes = std::size_t{64} << 20};
+                   .copy_bytes = std::size_t{64} << 20, .wide_hidden = 8192,
+                   .frame_bytes = std::size_t{256} << 10, .frame_pool = 256,
+                   .frame_pool_hot = 16, .frame_batch = 32, .frame_lanes = 8};
     add_context("cuda (conveyor_models::mlp, cuBLAS)", c);
     register_all<conveyor::cuda::runtime>(c);
   } else
 #endif
   {
     const config c{.shape = {.input = 256, .hidden = 128, .layers = 3, .classes = 10},
-                   .batch = 32, .items = 4096, .workers = 2, .prepare_rounds = 8};
+                   .batch = 32, .items = 4096, .workers = 2, .prepare_rounds = 8,
+                   .wide_hidden = 512, .frame_bytes = std::size_t{16} << 10, .frame_pool = 64,
+                   .frame_batch = 16};
     add_context("host (no GPU: conveyor_models::cpu_mlp on host streams)", c);
     register_all<conveyor::host::runtime>(c);
   }

@@ -116,7 +116,11 @@ def pipeline(m):
             rt = k.split("/")[0]
             serial = ips.get(f"{rt}/serial", {}).get("items_per_second")
             queue = ips.get(f"{rt}/thread_queue", {}).get("items_per_second")
-            if serial and queue:
+            # The compute- and transfer-bound configurations have their own loop peer.
+            own = ips.get(f"{rt}/thread_queue/{k.split('/conveyor/')[1]}", {}).get("items_per_second")
+            if own:
+                note = f"{rate / own:.2f}x thread_queue on the same work"
+            elif serial and queue:
                 note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue"
         if k.endswith("/staging:pageable"):
             pinned = ips.get(k.removesuffix("/staging:pageable"), {}).get("items_per_second")
@@ -145,16 +149,30 @@ def inference(m):
         for k, v in peak.items():
             print(f"| {k} | {v / 1e9:.2f} |")
     pinned = peak.get("h2d:pinned")
-    print("\n| pipeline | items/s | efficiency | P50 ms | P95 ms | H2D goodput / pinned peak |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| pipeline | items/s | efficiency | bound: slowest stage alone | P50 ms | P95 ms "
+          "| H2D goodput GB/s (/ pinned peak) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for k, v in runs.items():
         if "/conveyor/" not in k:
             continue
-        good = v.get("h2d_bytes_per_second")
-        ratio = f"{good / pinned:.2f}" if good and pinned else ""
+        good = v.get("h2d_goodput_bytes_per_second")
+        ratio = f"{good / 1e9:.2f} ({good / pinned:.2f})" if good and pinned else ""
         print(f"| {k} | {fmt_rate(v.get('items_per_second', 0.0))} | "
-              f"{v.get('efficiency', 0.0):.3f} | {v.get('latency_p50_ms', 0.0):.2f} | "
+              f"{v.get('efficiency', 0.0):.3f} | {bound_stage(v)} | {v.get('latency_p50_ms', 0.0):.2f} | "
               f"{v.get('latency_p95_ms', 0.0):.2f} | {ratio} |")
+
+
+def bound_stage(v):
+    """The slowest stage of bench_inference's probes (stage_<name>_items_per_second) and
+    the next one, so a reader sees how clear the bound is."""
+    stages = sorted((rate, k[len("stage_"):-len("_items_per_second")]) for k, rate in v.items()
+                    if k.startswith("stage_") and k.endswith("_items_per_second") and rate > 0)
+    if not stages:
+        return ""
+    text = f"{stages[0][1]} {fmt_rate(stages[0][0])}"
+    if len(stages) > 1:
+        text += f" (next: {stages[1][1]} {fmt_rate(stages[1][0])})"
+    return text
 
 
 def main():
