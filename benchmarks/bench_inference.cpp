@@ -30,7 +30,9 @@
 //   conveyor/normalize:cpu  prepare normalizes on the CPU and the pipeline ships floats
 //                      (4 bytes a pixel) instead of bytes normalized by a device kernel
 // Configurations bound elsewhere than the CPU, each beside the thread_queue loop on the
-// same work (thread_queue/model:wide, thread_queue/frames):
+// same work (thread_queue/model:wide, thread_queue/frames), the frames also beside
+// by_hand/frames: L threads over L streams with two slots each, no rings, no metrics (the
+// least any pipeline of that work does: what it reaches is this machine's practical bound):
 //   conveyor/model:wide  the same images through a much wider MLP (compute-bound)
 //   conveyor/frames    frames already in host memory (a pool used round robin, as decoded
 //                      video would be), copied by stage-in straight into the pinned slot,
@@ -701,6 +703,82 @@ void thread_queue_frames(benchmark::State& state, bench_env<R>& env, std::size_t
                     });
 }
 
+// The frames' work as a hand-tuned multi-stream loop, the floor of what any pipeline adds
+// to it: L threads, each with its own stream (model lane t) and two slots; thread t takes
+// batches t, t + L, t + 2L, ...: waits until its slot's last use completed and reads
+// that batch's labels, copies the frames into the slot's pinned memory, enqueues H2D,
+// classify and D2H, records the slot's event. No rings, no batching stage, no order
+// restored, no metrics: the same stage-in, copies and model on the same lanes.
+template <class R>
+void by_hand_frames(benchmark::State& state, bench_env<R>& env, std::size_t pool) {
+  const config& c = env.cfg;
+  auto& f = env.frames(pool);
+  const stage_rates bound = env.frames_bound(pool);
+  const std::size_t fb = c.frame_bytes, per_batch = c.frame_batch, lanes = c.frame_lanes;
+  const std::size_t batches = (c.items + per_batch - 1) / per_batch;
+  std::vector<std::uint32_t> got(c.items), want(c.items);
+  for (std::size_t id = 0; id < c.items; ++id) want[id] = f.label[id % pool];
+  struct slot {
+    slot(std::size_t b, std::size_t bytes) : in(b * bytes), d_in(b * bytes), d_out(b), out(b) {}
+    typename R::template pinned_buffer<std::uint8_t> in;
+    typename R::template device_buffer<std::uint8_t> d_in;
+    typename R::template device_buffer<std::uint32_t> d_out;
+    typename R::template pinned_buffer<std::uint32_t> out;
+    typename R::event done{conveyor::event_timing::disabled};
+    std::size_t first = 0, items = 0;  // the batch it holds (items 0: none)
+  };
+  struct lane {
+    typename R::stream s;
+    std::unique_ptr<slot> slots[2];
+  };
+  std::vector<std::unique_ptr<lane>> ls;
+  auto enqueue = [&](lane& l, slot& sl, std::size_t t) {
+    const std::size_t bytes = sl.items * fb;
+    for (std::size_t i = 0; i < sl.items; ++i)
+      std::memcpy(sl.in.data() + i * fb, f.pool.data() + ((sl.first + i) % pool) * fb, fb);
+    copy_async(sl.d_in.span().subspan(0, bytes), sl.in.span().subspan(0, bytes), l.s);
+    f.model.classify(sl.d_in.span().subspan(0, bytes), sl.d_out.span(), sl.items, l.s, t);
+    copy_async(sl.out.span().subspan(0, sl.items), sl.d_out.span().subspan(0, sl.items), l.s);
+    sl.done.record(l.s);
+  };
+  auto collect = [&](slot& sl) {
+    sl.done.synchronize();
+    for (std::size_t i = 0; i < sl.items; ++i) got[sl.first + i] = sl.out.data()[i];
+    sl.items = 0;
+  };
+  for (std::size_t t = 0; t < lanes; ++t) {  // made and warmed untimed, as a pipeline's lanes
+    ls.push_back(std::make_unique<lane>());
+    for (auto& sl : ls[t]->slots) sl = std::make_unique<slot>(per_batch, fb);
+    slot& warm = *ls[t]->slots[0];
+    warm.items = std::min(per_batch, c.items);
+    enqueue(*ls[t], warm, t);  // binds model lane t to this stream
+    collect(warm);
+  }
+  double timed_s = 0;
+  for (auto _ : state) {
+    const auto t0 = clock_type::now();
+    {
+      std::vector<std::jthread> threads;
+      for (std::size_t t = 0; t < lanes; ++t)
+        threads.emplace_back([&, t] {
+          lane& l = *ls[t];
+          std::size_t k = 0;
+          for (std::size_t b = t; b < batches; b += lanes, k ^= 1) {
+            slot& sl = *l.slots[k];
+            if (sl.items != 0) collect(sl);
+            sl.first = b * per_batch;
+            sl.items = std::min(per_batch, c.items - sl.first);
+            enqueue(l, sl, t);
+          }
+          for (auto& sl : l.slots)
+            if (sl->items != 0) collect(*sl);
+        });
+    }  // joins
+    timed_s += seconds_since(t0);
+  }
+  env.finish(state, bound, timed_s, got, want);
+}
+
 // What the pipeline's report says: GPU busy (mean over the iterations), the last
 // iteration's item latency, and its H2D traffic two ways: per second of the lanes' own
 // H2D time (the copies' speed; concurrent copies on several lanes each count their own
@@ -929,6 +1007,9 @@ void register_all(const config& c) {
         ->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((rt + "/thread_queue" + suffix).c_str(),
                                  [get, pool](benchmark::State& s) { thread_queue_frames<R>(s, get(), pool); })
+        ->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((rt + "/by_hand" + suffix).c_str(),
+                                 [get, pool](benchmark::State& s) { by_hand_frames<R>(s, get(), pool); })
         ->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   for (const staging st : {staging::pinned, staging::pageable})

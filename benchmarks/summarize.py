@@ -118,8 +118,11 @@ def pipeline(m):
             queue = ips.get(f"{rt}/thread_queue", {}).get("items_per_second")
             # The compute- and transfer-bound configurations have their own loop peer.
             own = ips.get(f"{rt}/thread_queue/{k.split('/conveyor/')[1]}", {}).get("items_per_second")
+            by_hand = ips.get(f"{rt}/by_hand/{k.split('/conveyor/')[1]}", {}).get("items_per_second")
             if own:
                 note = f"{rate / own:.2f}x thread_queue on the same work"
+                if by_hand:
+                    note += f", {rate / by_hand:.2f}x by_hand"
             elif serial and queue:
                 note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue"
         if k.endswith("/staging:pageable"):
