@@ -783,6 +783,33 @@ void by_hand_frames(benchmark::State& state, bench_env<R>& env, std::size_t pool
 // iteration's item latency, and its H2D traffic two ways: per second of the lanes' own
 // H2D time (the copies' speed; concurrent copies on several lanes each count their own
 // time) and per second of the run's wall time (the goodput: what the pipeline delivered).
+// The source of the pipelines: item ids 0 .. c.items - 1.
+inline auto ids(const config& c) {
+  return conveyor::source([i = std::uint64_t{0}, &c]() mutable -> std::optional<std::uint64_t> {
+    if (i == c.items) return std::nullopt;
+    return i++;
+  });
+}
+
+// What a pipeline row adds up over its iterations.
+struct run_totals {
+  double timed_s = 0;  // in run()
+  double busy = 0;     // GPU busy fractions, summed
+  conveyor::report last;
+};
+
+// Times p.run(); the caller pauses the framework's clock around the rest of the
+// iteration (construction and destruction), this resumes it for the run alone.
+template <class Pipeline>
+void timed_run(benchmark::State& state, Pipeline& p, run_totals& t) {
+  state.ResumeTiming();
+  const auto t0 = clock_type::now();
+  t.last = p.run();
+  t.timed_s += seconds_since(t0);
+  t.busy += t.last.gpu_busy_fraction;
+  state.PauseTiming();
+}
+
 std::string current_row;  // the benchmark running now (State has no name in benchmark 1.7)
 
 // With CONVEYOR_BENCH_REPORTS=1 in the environment the last iteration's report is printed
@@ -814,8 +841,7 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
   const std::size_t n = c.shape.input;
   auto& model = env.model_for(o);
   std::vector<std::uint32_t> got(c.items);
-  double busy = 0.0, timed_s = 0;
-  conveyor::report last;
+  run_totals runs;
   for (auto _ : state) {
     // Construction (streams, slots, on CUDA cuBLAS handles) and destruction (freeing the
     // slots: the frames' pipeline has 128 MiB of them pinned) are not timed, as an
@@ -842,24 +868,16 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
           });
       segment.streams(cm::lane_streams<R>(model));
       conveyor::pipeline p{
-          conveyor::source([i = std::uint64_t{0}, &c]() mutable -> std::optional<std::uint64_t> {
-            if (i == c.items) return std::nullopt;
-            return i++;
-          }) |
+          ids(c) |
           conveyor::map([&c](std::uint64_t id) { return prepare_as<Elem>(id, c); }).workers(workers).ordered().name("prepare") |
           conveyor::batch(batch) | std::move(segment) | conveyor::unbatch() |
           conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
-      state.ResumeTiming();
-      const auto t0 = clock_type::now();
-      last = p.run();
-      timed_s += seconds_since(t0);
-      busy += last.gpu_busy_fraction;
-      state.PauseTiming();
+      timed_run(state, p, runs);
     }  // p and the segment go here, untimed
     state.ResumeTiming();
   }
-  report_counters(state, busy, last);
-  env.finish(state, bound, timed_s, got, env.expected_for(o));
+  report_counters(state, runs.busy, runs.last);
+  env.finish(state, bound, runs.timed_s, got, env.expected_for(o));
 }
 
 // The transfer-bound configuration: frame ids | batch | gpu segment whose stage-in copies
@@ -873,8 +891,7 @@ void pipelined_frames(benchmark::State& state, bench_env<R>& env, std::size_t po
   const std::size_t fb = c.frame_bytes;
   std::vector<std::uint32_t> got(c.items), want(c.items);
   for (std::size_t id = 0; id < c.items; ++id) want[id] = f.label[id % pool];
-  double busy = 0.0, timed_s = 0;
-  conveyor::report last;
+  run_totals runs;
   for (auto _ : state) {
     state.PauseTiming();  // construction and destruction are not timed (see pipelined_as)
     {
@@ -898,23 +915,15 @@ void pipelined_frames(benchmark::State& state, bench_env<R>& env, std::size_t po
           });
       segment.streams(cm::lane_streams<R>(f.model));
       conveyor::pipeline p{
-          conveyor::source([i = std::uint64_t{0}, &c]() mutable -> std::optional<std::uint64_t> {
-            if (i == c.items) return std::nullopt;
-            return i++;
-          }) |
+          ids(c) |
           conveyor::batch(c.frame_batch) | std::move(segment) | conveyor::unbatch() |
           conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
-      state.ResumeTiming();
-      const auto t0 = clock_type::now();
-      last = p.run();
-      timed_s += seconds_since(t0);
-      busy += last.gpu_busy_fraction;
-      state.PauseTiming();
+      timed_run(state, p, runs);
     }  // p and the segment go here, untimed
     state.ResumeTiming();
   }
-  report_counters(state, busy, last);
-  env.finish(state, bound, timed_s, got, want);
+  report_counters(state, runs.busy, runs.last);
+  env.finish(state, bound, runs.timed_s, got, want);
 }
 
 template <class R>
