@@ -80,6 +80,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -299,19 +300,21 @@ struct device_step {
 
 // The stage bound of one configuration: each stage measured alone, now, in items per
 // second, the way the pipeline runs it (prepare on its W workers at once, stage-in on its
-// L lane threads at once, each device stage back to back on one stream). The pipeline can
-// go no faster than its slowest stage: bound() is that rate and the stage's name.
+// L lane threads at once, each device stage alone with batches spread over the L lanes'
+// streams). The pipeline can go no faster than its slowest stage: ideal().
 struct stage_rates {
   double prepare = 0, stage_in = 0, h2d = 0, compute = 0, d2h = 0, post = 0;  // 0: no such stage
 
-  std::pair<double, const char*> bound() const {
-    std::pair<double, const char*> b{1e300, "none"};
-    for (const auto& [rate, name] : {std::pair{prepare, "prepare"}, {stage_in, "stage_in"}, {h2d, "h2d"},
-                                     {compute, "compute"}, {d2h, "d2h"}, {post, "postprocess"}})
-      if (rate > 0 && rate < b.first) b = {rate, name};
-    return b;
+  std::array<std::pair<double, const char*>, 6> named() const {
+    return {{{prepare, "prepare"}, {stage_in, "stage_in"}, {h2d, "h2d"}, {compute, "compute"},
+             {d2h, "d2h"}, {post, "postprocess"}}};
   }
-  double ideal() const { return bound().first; }
+  double ideal() const {
+    double slowest = 1e300;
+    for (const auto& [rate, name] : named())
+      if (rate > 0) slowest = std::min(slowest, rate);
+    return slowest;
+  }
 };
 
 // Items per second of `threads` threads, started together, each calling fn(thread, i) for
@@ -331,6 +334,10 @@ double parallel_rate(std::size_t threads, std::size_t per_thread, int repeats, F
     {
       std::vector<std::jthread> pool;
       for (std::size_t t = 0; t < threads; ++t)
+        // A start gate, not a hand-off: what fn touches was made before the threads (their
+        // creation orders it) and is read after the joins, so relaxed counting suffices
+        // for "all are waiting"; a worker starts once it sees `go`, stored after t0 was
+        // taken (release/acquire: nothing relies on more than that value).
         pool.emplace_back([&, t] {
           ready.fetch_add(1, std::memory_order_relaxed);
           while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -539,9 +546,7 @@ struct bench_env {
     state.SetItemsProcessed(items);
     const double ideal = bound.ideal();
     state.counters["ideal_items_per_second"] = ideal;
-    for (const auto& [rate, name] : {std::pair{bound.prepare, "prepare"}, {bound.stage_in, "stage_in"},
-                                     {bound.h2d, "h2d"}, {bound.compute, "compute"}, {bound.d2h, "d2h"},
-                                     {bound.post, "postprocess"}})
+    for (const auto& [rate, name] : bound.named())
       if (rate > 0) state.counters[std::string("stage_") + name + "_items_per_second"] = rate;
     if (timed_s > 0) state.counters["efficiency"] = static_cast<double>(items) / timed_s / ideal;
     if (timed_s > 0 && compute_s >= 0) state.counters["gpu_busy_fraction"] = compute_s / timed_s;
