@@ -671,30 +671,21 @@ void thread_queue_loop(benchmark::State& state, bench_env<R>& env, staging st, M
   env.finish(state, bound, timed_s, got, want, step.compute_s);
 }
 
+// The image work (o.wide: on the compute-bound model).
 template <class R>
-void thread_queue(benchmark::State& state, bench_env<R>& env, staging st) {
+void thread_queue(benchmark::State& state, bench_env<R>& env, staging st, run_opts o = {}) {
   const config& c = env.cfg;
-  thread_queue_loop(state, env, st, env.model, bench_env<R>::max_lanes, env.step, c.batch, env.expected, env.bound(),
+  auto& model = env.model_for(o);
+  thread_queue_loop(state, env, st, model, bench_env<R>::max_lanes, env.step, c.batch,
+                    env.expected_for(o), env.bound(o),
                     [&c](std::uint64_t id) { return prepare(id, c).px; },
                     [&c](const std::vector<std::uint8_t>& px, std::uint8_t* dst) {
                       std::memcpy(dst, px.data(), c.shape.input);
                     });
 }
 
-// The same loop on the compute-bound model and on the transfer-bound frames (its producer
-// only passes frame ids: the frames exist; the copy into the staging buffer is the work).
-template <class R>
-void thread_queue_wide(benchmark::State& state, bench_env<R>& env) {
-  const config& c = env.cfg;
-  const run_opts o{.wide = true};
-  auto& model = env.model_for(o);
-  thread_queue_loop(state, env, staging::pinned, model, bench_env<R>::max_lanes, env.step, c.batch,
-                    env.expected_for(o),
-                    env.bound(o), [&c](std::uint64_t id) { return prepare(id, c).px; },
-                    [&c](const std::vector<std::uint8_t>& px, std::uint8_t* dst) {
-                      std::memcpy(dst, px.data(), c.shape.input);
-                    });
-}
+// The transfer-bound frames: the producer only passes frame ids (the frames exist); the
+// copy into the staging buffer is the work.
 template <class R>
 void thread_queue_frames(benchmark::State& state, bench_env<R>& env, std::size_t pool) {
   const config& c = env.cfg;
@@ -981,7 +972,9 @@ void register_all(const config& c) {
   const std::string rt{R::name};
   using loop_fn = void (*)(benchmark::State&, bench_env<R>&, staging);
   const std::pair<const char*, loop_fn> loops[] = {
-      {"/serial", serial<R>}, {"/batched", batched<R>}, {"/thread_queue", thread_queue<R>}};
+      {"/serial", serial<R>},
+      {"/batched", batched<R>},
+      {"/thread_queue", [](benchmark::State& s, bench_env<R>& e, staging st) { thread_queue<R>(s, e, st); }}};
   for (const staging st : {staging::pinned, staging::pageable})
     for (const auto& [name, fn] : loops)
       benchmark::RegisterBenchmark(
@@ -1008,7 +1001,9 @@ void register_all(const config& c) {
   // thread + queue loop on the same work.
   conveyor_run(rt + "/conveyor/model:wide", {.wide = true});
   benchmark::RegisterBenchmark((rt + "/thread_queue/model:wide").c_str(),
-                               [get](benchmark::State& s) { thread_queue_wide<R>(s, get()); })
+                               [get](benchmark::State& s) {
+                                 thread_queue<R>(s, get(), staging::pinned, {.wide = true});
+                               })
       ->UseRealTime()->Unit(benchmark::kMillisecond);
   for (const bool hot : {false, true}) {
     const std::size_t pool = hot ? c.frame_pool_hot : c.frame_pool;
