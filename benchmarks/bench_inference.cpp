@@ -397,8 +397,9 @@ inline double post_rate() {
   return best;
 }
 
-// Everything one runtime's benchmarks share: the models (lanes 0..3 for the pipeline, 4
-// for the loops and the probes) and the serial peer's labels to check against.
+// Everything one runtime's benchmarks share: the models (lanes 0..3 for the pipeline and
+// the device probes, each binding them to its own streams; 4 for the loops) and the serial
+// peer's labels to check against.
 template <class R>
 struct bench_env {
   static constexpr std::size_t max_lanes = 4;
