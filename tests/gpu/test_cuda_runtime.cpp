@@ -330,9 +330,10 @@ TEST_CASE("slot_pool on a device: every result is intact when its slot comes bac
 TEST_CASE("cuda errors: a bad launch surfaces as cuda_error and the last error is cleared") {
   cuda::stream s;
   gpu::launch_invalid_config(s.native());  // 4096 threads in a block
-  // Which code a block too large gets depends on the CUDA version (12.x:
-  // cudaErrorInvalidConfiguration; 13.0 with driver 580 on an H100: cudaErrorInvalidValue),
-  // so the check is that the macro reports the runtime's own last error, by name and code.
+  // Which code a block too large gets is the runtime's to say: this test first expected
+  // cudaErrorInvalidConfiguration, and CUDA 13.0 with driver 580 on an H100 gave
+  // cudaErrorInvalidValue. So the check is that the macro reports the runtime's own last
+  // error, by name and code.
   const cudaError_t expected = cudaPeekAtLastError();  // peek: leaves it for the macro
   REQUIRE(expected != cudaSuccess);
   const std::string name = cudaGetErrorName(expected);
