@@ -20,7 +20,7 @@
 // joined. Accounting always holds: produced == completed + failed + cancelled.
 // Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
 // of small items between two stage threads pinned to one CPU may grow by ring_growth
-// while the pipeline moves them fast: pipeline_options).
+// where the second needs little CPU per item: pipeline_options).
 // Hops: a ring with one thread at each end (a source, a one-worker or ordered map, a
 // batcher, a one-worker sink) is an spsc_ring, any other an mpmc_ring (detail/link.hpp).
 // Diagnosis: run()/stop()/wait()/report() return a conveyor::report (per-stage table,
@@ -109,9 +109,9 @@ struct pipeline_options {
   // or empties: at 1024 items of stages of tens of ns, a switch every ~20-30 us, ~14% of
   // the CPU (benchmarks/RESULTS.md, "Rings that grow where stages share a core"). Such
   // a ring then moves to a reserve ring_capacity x ring_growth deep, made when it first
-  // grows, where its consumer takes that many elements within 500 us (at the defaults,
-  // >= 16 M elements/s: a ring in front of a slower stage never grows), and back when
-  // the two are moved apart or unpinned; the move happens when the ring is next full
+  // grows, where its consumer works through that many elements within 1 ms of its CPU
+  // time (at the defaults, <= 122 ns per element: a ring in front of a slower stage
+  // never grows), and back when the two are moved apart or unpinned; the move happens when the ring is next full
   // (detail/link.hpp, "Growing"). Only rings with one thread at each end and slots of at
   // most 64 bytes (items of up to 40 bytes by value) get a reserve: 512 KiB a ring at
   // most, at the defaults. Such a ring holds up to ring_capacity x (1 + ring_growth)
@@ -325,7 +325,6 @@ class pipeline<chain<Bound...>> {
     state_->start_ns = detail::now_ns();
     state_->start_cpu_ns = metrics::process_cpu_ns();
     state_->ctl.open_gate();
-    for (auto& w : state_->watched) w.ns = state_->start_ns;  // before the placer thread
     if (state_->options.placement != thread_placement::os)
       state_->placer = std::make_unique<detail::load_placer>(
           state_->placed, state_->options.placement_period,
@@ -690,33 +689,21 @@ class pipeline<chain<Bound...>> {
 
     // After each placer round (on its thread): every ring that can grow moves to its
     // reserve where its two stages' threads share a CPU and shared_core_grows() says so
-    // at the rate its consumer took elements since the last round, and back elsewhere.
-    // Ring I runs from chain position I - first_ring_stage to the next one (a service's
-    // input has no position: its ring never grows).
+    // at its consumer's CPU time per element, and back elsewhere. Ring I runs from chain
+    // position I - first_ring_stage to the next one (a service's input has no position:
+    // its ring never grows).
     template <std::size_t... I>
     void follow_placement(const detail::chain_placement& where, std::index_sequence<I...>) {
-      const std::int64_t now = detail::now_ns();
       (
           [&] {
             auto& ring = *std::get<I>(rings);
             if (I < first_ring_stage || !ring.can_grow()) return;
             const std::size_t from = I - first_ring_stage;
-            ring_watch& w = watched[I];
-            const std::size_t popped = ring.popped();
-            const double per_s = now > w.ns ? static_cast<double>(popped - w.popped) * 1e9 /
-                                                  static_cast<double>(now - w.ns)
-                                            : 0.0;
-            w = {popped, now};
-            ring.grow(where.share_cpu(from) && detail::shared_core_grows(ring.reserve(), per_s));
+            ring.grow(where.share_cpu(from) &&
+                      detail::shared_core_grows(ring.reserve(), where.load(from + 1)));
           }(),
           ...);
     }
-    // The placer thread's last look at each ring (from start() on).
-    struct ring_watch {
-      std::size_t popped = 0;
-      std::int64_t ns = 0;
-    };
-    std::array<ring_watch, n_rings> watched{};
     // The chain position of ring I's producer is I - first_ring_stage.
     static constexpr std::size_t first_ring_stage = service ? 1 : 0;
     // Ring I runs from stage I to stage I + 1 (or to the result node of a service).

@@ -1115,9 +1115,9 @@ TEST_CASE("pipeline: rings of small items may grow where their stages share a CP
   CAPTURE(growth);
   std::uint64_t next = 0;
   bool in_order = true;
-  // Capacity 4: a ring that grows moves to 64 slots as soon as its consumer takes 64
-  // elements within 500 us (128 k/s: under sanitizers too), where the placer (every
-  // 10 ms, by_load: always pinned) puts both its threads on one CPU.
+  // Capacity 4: a ring that grows moves to 64 slots where its consumer needs at most
+  // 15.6 us of CPU per element (these stages: under sanitizers too) and the placer
+  // (every 10 ms, by_load: always pinned) puts both its threads on one CPU.
   pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
                  map([](std::uint64_t x) { return x + 1; }) |
                  map([](std::uint64_t x) { return x * 2; }) |

@@ -324,28 +324,30 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
   pinned(1);
 }
 
-TEST_CASE("shared_core_grows: a ring grows where its reserve drains within the hold") {
+TEST_CASE("shared_core_grows: a ring grows where its consumer drains the reserve within the hold") {
   using detail::shared_core_grows;
-  // 8192 slots drain within 500 us from 16.4 M elements/s on.
-  CHECK(shared_core_grows(8192, 40e6));
-  CHECK(shared_core_grows(8192, 16.4e6));
-  CHECK_FALSE(shared_core_grows(8192, 16.3e6));
-  CHECK_FALSE(shared_core_grows(8192, 1000.0));  // a slow stage: never
-  CHECK_FALSE(shared_core_grows(8192, 0.0));     // nothing measured yet
-  CHECK(shared_core_grows(64, 200e3));           // a small reserve: from 128 k/s
+  // 8192 slots take 1 ms of the consumer's CPU time at 122 ns per element.
+  CHECK(shared_core_grows(8192, 20.0));
+  CHECK(shared_core_grows(8192, 122.0));
+  CHECK_FALSE(shared_core_grows(8192, 123.0));
+  CHECK_FALSE(shared_core_grows(8192, 1e6));  // a slow stage (1 ms an element): never
+  CHECK_FALSE(shared_core_grows(8192, 0.0));  // nothing measured yet
+  CHECK(shared_core_grows(64, 15e3));         // a small reserve: up to 15.6 us an element
+  CHECK_FALSE(shared_core_grows(64, 16e3));
   // Neighbours share a CPU when both are pinned, to the same one.
-  detail::chain_placement where{{0, 0, 1, detail::chain_placement::not_pinned, 1}};
+  detail::chain_placement where{{0, 0, 1, detail::chain_placement::not_pinned, 1}, {}};
   CHECK(where.share_cpu(0));
   CHECK_FALSE(where.share_cpu(1));
   CHECK_FALSE(where.share_cpu(2));
   CHECK_FALSE(where.share_cpu(3));
   CHECK_FALSE(where.share_cpu(4));  // the last stage has no next one
   CHECK_FALSE(detail::chain_placement{{detail::chain_placement::not_pinned,
-                                       detail::chain_placement::not_pinned}}
+                                       detail::chain_placement::not_pinned},
+                                      {}}
                   .share_cpu(0));
 }
 
-TEST_CASE("load_placer: after each round the listener sees where the chain's stages run") {
+TEST_CASE("load_placer: after each round the listener sees where the chain's stages run, and their loads") {
   if (my_cpus().size() < 2) {
     WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
     return;
@@ -406,8 +408,13 @@ TEST_CASE("load_placer: after each round the listener sees where the chain's sta
     CPU_ZERO(&set);
     REQUIRE(pthread_getaffinity_np(t, sizeof set, &set) == 0);
     CHECK(CPU_ISSET(cpus[last.cpu[stage]], &set));
+    // Its load: the thread's CPU time per item, 20 us of burning and the count.
+    CHECK(last.load(stage) >= 19e3);
+    CHECK(last.load(stage) < 200e3);
   }
   CHECK(last.cpu[1] == detail::chain_placement::not_pinned);
+  CHECK(last.load(1) == 0.0);  // two workers: no one load
+  CHECK(last.load(3) == 0.0);  // no such stage
   CHECK_FALSE(last.share_cpu(0));  // the middle stage is not one thread
   CHECK_FALSE(last.share_cpu(1));
 }

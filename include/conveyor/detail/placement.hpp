@@ -352,6 +352,11 @@ enum class pin_policy { always, automatic };
 struct chain_placement {
   static constexpr std::size_t not_pinned = ~std::size_t{0};
   std::vector<std::size_t> cpu;
+  // The CPU time per item of each stage's one worker (ns, its spinning left out: the
+  // placer's load, see load_per_item) over the placer's window; 0: not known, or not
+  // one worker. Empty when the placer measured nothing.
+  std::vector<double> load_ns;
+  double load(std::size_t a) const noexcept { return a < load_ns.size() ? load_ns[a] : 0.0; }
 
   // True when stages `a` and `a + 1` each run on one thread, both pinned to one CPU.
   bool share_cpu(std::size_t a) const noexcept {
@@ -365,13 +370,18 @@ struct chain_placement {
 // switch. At 1024 items of stages of tens of ns a turn lasts ~20-30 us: the trivial
 // chain switched once per ~210 items and spent 51 ns of CPU per item, against 44 ns with
 // rings of 8192 (benchmarks/RESULTS.md, "Rings that grow where stages share a core").
-// It moves while its consumer takes the reserve's worth within shared_core_hold at the
-// rate it has taken elements from it (elements_per_s): the deeper ring adds at most
-// that to an element's wait when it is full, and a ring in front of a stage slower than
-// reserve / shared_core_hold (16 M elements/s for 8192) never grows.
-inline constexpr double shared_core_hold_s = 500e-6;
-inline bool shared_core_grows(std::size_t reserve, double elements_per_s) noexcept {
-  return static_cast<double>(reserve) <= elements_per_s * shared_core_hold_s;
+// It moves while its consumer works through the reserve's worth within
+// shared_core_hold_s of its own CPU time (consumer_ns: its CPU time per element, the
+// placer's load): the deeper ring adds about that to an element's wait when it is full
+// and the consumer has the CPU, and a ring in front of a stage that needs more than
+// shared_core_hold_s / reserve per element (122 ns for 8192) never grows.
+// By CPU time, not by the rate the consumer took elements at: on a shared core that
+// rate is what the small ring's turns leave, so a chain whose turns cost it half its
+// speed (a slower host: 10 M elements/s where 20 M is possible) never measured the rate
+// that would have let its rings grow (benchmarks/RESULTS.md, "Growing by CPU time").
+inline constexpr double shared_core_hold_s = 1e-3;
+inline bool shared_core_grows(std::size_t reserve, double consumer_ns) noexcept {
+  return consumer_ns > 0 && static_cast<double>(reserve) * consumer_ns <= shared_core_hold_s * 1e9;
 }
 
 #if defined(__linux__)
@@ -601,10 +611,11 @@ class load_placer {
     });
   }
 
-  // The stages' CPUs after a round, from seen_ (the round's threads, in the order of
-  // `live`).
+  // The stages' CPUs and loads after a round, from seen_ and loads_ (the round's
+  // threads, in the order of `live`).
   void describe(const std::vector<thread_registry::entry>& live) {
     where_.cpu.assign(workers_.chain_size(), chain_placement::not_pinned);
+    where_.load_ns.assign(workers_.chain_size(), 0.0);
     std::vector<std::size_t> threads(workers_.chain_size(), 0);
     for (std::size_t i = 0; i < live.size() && i < seen_.size(); ++i) {
       const std::size_t at = workers_.spot(live[i]).stage;
@@ -612,13 +623,15 @@ class load_placer {
       const seen& s = seen_[i];
       ++threads[at];
       where_.cpu[at] = threads[at] == 1 && s.cpu != unpinned ? s.cpu : chain_placement::not_pinned;
+      where_.load_ns[at] = threads[at] == 1 && i < loads_.size() ? loads_[i] : 0.0;
     }
   }
 
   // Measures every live worker, plans, pins (the body of a round).
   void plan_and_pin(const std::vector<thread_registry::entry>& live) {
     std::vector<seen> now;
-    std::vector<double> loads;
+    std::vector<double>& loads = loads_;  // kept for describe()
+    loads.clear();
     std::vector<thread_spot> spots;
     std::int64_t own_ns = 0;  // the stage threads' CPU time since the last round
     for (const auto& w : live) {
@@ -677,6 +690,7 @@ class load_placer {
 
   // The placer thread only (after the constructor):
   std::vector<seen> seen_;  // the last round's threads, in the registry's order then
+  std::vector<double> loads_;  // their loads in that round (load_per_item), in that order
   chain_placement where_;
   double round_ns_ = 0;  // spin_round_ns(), measured here rather than in start()
   auto_pin_rule rule_;

@@ -45,7 +45,7 @@
 // follows. Each ring is FIFO and the marks chain the stretches, so the order holds
 // however often the producer moves back and forth. The common push (a ring with room)
 // and pop (an element there) cost what they cost on any SPSC link, plus the branch and,
-// for the consumer, its count (popped(): the rate the pipeline decides by). The
+// for the consumer, its count (popped(): what the positions of its pops count). The
 // pipeline asks a ring to grow where its two stage threads share a CPU (see
 // pipeline.hpp, ring_growth). The reserve is made at the first grow(true), on the
 // caller's thread, and kept until the link goes: a link that never grows costs no more
@@ -130,8 +130,8 @@ class ring_link {
   // The reserve's capacity (capacity() for a link that cannot grow), and the deepest
   // ring the producer has moved to so far.
   std::size_t reserve() const noexcept { return grow_ ? grow_->reserve : capacity(); }
-  // How many elements the consumer has taken (a link that can grow; else 0): what its
-  // rate is measured by.
+  // How many elements the consumer has taken (a link that can grow; else 0): what the
+  // positions of its pops count, across the moves between the two rings.
   std::size_t popped() const noexcept {
     return grow_ ? grow_->popped.load(std::memory_order_relaxed) : 0;  // relaxed: a count
   }
