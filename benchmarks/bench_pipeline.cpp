@@ -23,7 +23,10 @@
 //     what that default gives, in the same run. tbb: parallel_pipeline
 //     with filters serial_in_order -> parallel -> parallel -> serial_in_order and
 //     T = 4 * cores tokens. serial: one plain loop.
-//     Counter: items_per_second.
+//     Counters: items_per_second; conveyor with W = 1: rings_grown, how many of the three
+//     rings ran deeper than ring_capacity in an iteration, on average
+//     (pipeline_options::ring_growth: once pinned, the two rings within a core grow, so 2
+//     is what the default placement should reach; lanes, W = 2, never grow).
 //
 // <peer>/overlap/{sleep,spin}  overlap efficiency. 2000 items per iteration through three
 //     one-worker stages costing 200, 300 and 100 us per item, between a source and an
@@ -154,6 +157,9 @@ constexpr item trivial_sum = trivial_items * (trivial_items + 1);  // sum of 2(i
 void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics,
                       conveyor::thread_placement placement, std::size_t ring_growth) {
   const cpu_meter cpu;
+  const conveyor::pipeline_options options{
+      .ring_growth = ring_growth, .metrics = metrics, .placement = placement};
+  double rings_grown = 0;
   for (auto _ : state) {
     trivial_check check{trivial_expected};
     try {
@@ -161,10 +167,9 @@ void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics
                                conveyor::map(add_one).workers(workers).ordered() |
                                conveyor::map(twice).workers(workers).ordered() |
                                conveyor::sink([&check](item x) { check(x); }),
-                           conveyor::pipeline_options{.ring_growth = ring_growth,
-                                                      .metrics = metrics,
-                                                      .placement = placement}};
-      (void)p.run();
+                           options};
+      for (const conveyor::stage_report& s : p.run().stages)
+        rings_grown += s.ring_capacity > options.ring_capacity ? 1 : 0;
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
       return;
@@ -172,6 +177,8 @@ void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics
     if (!report_check(state, check, trivial_items, trivial_sum)) return;
   }
   cpu.finish(state, trivial_items);
+  if (workers == 1)  // a map of two workers talks over lanes, which never grow
+    state.counters["rings_grown"] = benchmark::Counter(rings_grown, benchmark::Counter::kAvgIterations);
 }
 
 void tbb_trivial(benchmark::State& state) {
