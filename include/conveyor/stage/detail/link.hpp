@@ -174,16 +174,8 @@ class ring_link {
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (grow_) {
-      for (;;) {
-        if (auto v = grow_->out->pop_until(deadline)) {
-          grow_->counted(nullptr);
-          return v;
-        }
-        if (!ring_access::take_mark(*grow_->out)) return std::nullopt;
-        grow_->follow();
-      }
-    }
+    if (grow_)
+      return grow_->pop_with([&](spsc_ring<T>& r) { return r.pop_until(deadline); }, nullptr);
     if (spsc_) return spsc_->pop_until(deadline);
     if (mpmc_) return mpmc_->pop_until(deadline);
     return lanes_->pop_until(0, deadline);
@@ -444,12 +436,20 @@ class ring_link {
     }
     std::optional<T> pop(std::size_t* position, wait_timing* timing) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
+      return pop_with([&](spsc_ring<T>& r) { return ring_access::pop(r, nullptr, timing); },
+                      position);
+    }
+    // A blocking pop that follows the marks: pop_from(ring) waits in one ring (nullopt:
+    // closed and drained, or its deadline passed); past a mark it goes on in the other.
+    template <class PopFrom>
+    std::optional<T> pop_with(PopFrom&& pop_from, std::size_t* position) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
       for (;;) {
-        if (auto v = ring_access::pop(*out, nullptr, timing)) {
+        if (auto v = pop_from(*out)) {
           counted(position);
           return v;
         }
-        if (!ring_access::take_mark(*out)) return std::nullopt;  // closed and drained
+        if (!ring_access::take_mark(*out)) return std::nullopt;  // closed and drained, or timed out
         follow();
       }
     }
