@@ -84,6 +84,10 @@ class terminal_node {
   void run(std::size_t w) noexcept {
     ctl_.await_gate();
     worker_probe probe{ctl_, stats_, w, tracks_[w], name_.c_str(), ring_name_.c_str()};
+    // Whether this worker records latencies, and whether every item was timed (a
+    // service's, by its ticket) or a sample of them (a source pipeline's: by id).
+    const bool timed = latency_ != nullptr && probe.on();
+    const bool every_item = ctl_.has_tickets();
     for (;;) {
       auto in = probe.pop(*in_);
       if (!in) break;
@@ -95,12 +99,17 @@ class terminal_node {
       }
       const item_meta meta = in->meta;
       meta_list metas = std::move(in->metas);
-      const bool timed = latency_ != nullptr && probe.on();
       // A single item's entry time is looked up before delivering it: a service's
       // delivery frees the item's ticket, where the time is kept (control::entered()).
-      // Batches reach only a source pipeline's sinks, whose times stay put.
-      const control::entry_time single =
-          timed && metas.empty() ? ctl_.entered(meta) : control::entry_time{};
+      // Batches reach only a source pipeline's sinks, whose times stay put. Per item a
+      // test on registers; the lookup and the record, for timed items only, out of line:
+      // inline, with the test reading control every item, they made a sink of trivial
+      // items the slowest stage of its core with metrics on (benchmarks/RESULTS.md,
+      // "The sink's latency sample").
+      control::entry_time single{};
+      if (timed && metas.empty() && (every_item || latency_sample_weight(meta.id) != 0))
+          [[unlikely]]
+        single = entry_of(meta);
       try {
         metrics::nvtx_range range{probe.span_name()};
         deliver_(std::move(*in));
@@ -110,18 +119,27 @@ class terminal_node {
         break;
       }
       probe.work_done();
-      if (timed) {
-        std::int64_t t = 0;  // the end of deliver(), read once for the timed items
-        const auto record = [&](const control::entry_time& e) {
-          if (e.t0_ns == 0) return;  // not timed (or its sample was overwritten)
-          if (t == 0) t = now_ns();
-          latency_->record(t - e.t0_ns, e.weight);
-        };
-        if (metas.empty()) record(single);
-        for (const item_meta& m : metas) record(ctl_.entered(m));
-      }
+      if (timed && (single.t0_ns != 0 || !metas.empty())) [[unlikely]]
+        record_latencies(single, metas);
       probe.items(n);  // counts as completed: see control::count_completions_of
     }
+  }
+
+  [[gnu::noinline]] control::entry_time entry_of(const item_meta& meta) const noexcept {
+    return ctl_.entered(meta);
+  }
+  // Right after a delivery: the latency of a timed single item (its entry looked up
+  // before), or of each timed item of a batch.
+  [[gnu::noinline]] void record_latencies(const control::entry_time& single,
+                                          const meta_list& metas) noexcept {
+    std::int64_t t = 0;  // the end of deliver(), read once for the timed items
+    const auto record = [&](const control::entry_time& e) {
+      if (e.t0_ns == 0) return;  // not timed (or its sample was overwritten)
+      if (t == 0) t = now_ns();
+      latency_->record(t - e.t0_ns, e.weight);
+    };
+    if (metas.empty()) record(single);
+    for (const item_meta& m : metas) record(ctl_.entered(m));
   }
 
   std::string name_;

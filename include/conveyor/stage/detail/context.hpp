@@ -281,6 +281,8 @@ class control {
     std::int64_t t0_ns = 0;
     std::uint32_t weight = 0;
   };
+  // A service pipeline's: every item has a ticket, and each one is timed (with metrics).
+  bool has_tickets() const noexcept { return !tickets_.empty(); }
   entry_time entered(const item_meta& m) const noexcept {
     if (!tickets_.empty()) return {tickets_[m.id].t0_ns, 1};
     const std::uint32_t weight = latency_sample_weight(m.id);
