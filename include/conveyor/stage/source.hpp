@@ -118,6 +118,7 @@ class source_node {
   void run() noexcept {
     ctl_.await_gate();
     worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), nullptr};
+    const bool timed = probe.on();
     std::uint64_t seq = 0;
     // acquire: pairs with the release store in pipeline::stop(drain).
     while (!ctl_.is_stopping() && !ctl_.stop_source.load(std::memory_order_acquire)) {
@@ -138,8 +139,10 @@ class source_node {
       probe.items(1);
       // entered: the end of the call; timed for a sample of the items (see
       // latency_sample_weight), its time kept in control for the terminal stage (the
-      // push below publishes it)
-      if (probe.on() && latency_sample_weight(seq) != 0) ctl_.sampled(seq, now_ns());
+      // push below publishes it). Per item a test on registers, the rest out of line
+      // (as in the sink: benchmarks/RESULTS.md, "The sink's latency sample").
+      if (timed && latency_sample_weight(seq) != 0) [[unlikely]]
+        sampled(seq);
       const item_meta meta{seq++};
       if (!probe.emplace(*out_, std::move(*v), meta, meta_list{})) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
@@ -148,6 +151,7 @@ class source_node {
     }
     out_->close();
   }
+  [[gnu::noinline]] void sampled(std::uint64_t seq) noexcept { ctl_.sampled(seq, now_ns()); }
 
   source_stage<F> stage_;
   control& ctl_;
