@@ -178,7 +178,8 @@ void conveyor_trivial(benchmark::State& state, std::size_t workers, bool metrics
   }
   cpu.finish(state, trivial_items);
   if (workers == 1)  // a map of two workers talks over lanes, which never grow
-    state.counters["rings_grown"] = benchmark::Counter(rings_grown, benchmark::Counter::kAvgIterations);
+    state.counters["rings_grown"] =
+        benchmark::Counter(rings_grown, benchmark::Counter::kAvgIterations);
 }
 
 void tbb_trivial(benchmark::State& state) {

@@ -111,11 +111,12 @@ struct pipeline_options {
   // a ring then moves to a reserve ring_capacity x ring_growth deep, made when it first
   // grows, where its consumer works through that many elements within 1 ms of its CPU
   // time (at the defaults, <= 122 ns per element: a ring in front of a slower stage
-  // never grows), and back when the two are moved apart or unpinned; the move happens when the ring is next full
-  // (detail/link.hpp, "Growing"). Only rings with one thread at each end and slots of at
-  // most 64 bytes (items of up to 40 bytes by value) get a reserve: 512 KiB a ring at
-  // most, at the defaults. Such a ring holds up to ring_capacity x (1 + ring_growth)
-  // items while it moves. The report shows the deepest each ring ran (ring_capacity).
+  // never grows), and back when the two are moved apart or unpinned; the move happens
+  // when the ring is next full (detail/link.hpp, "Growing"). Only rings with one thread
+  // at each end and slots of at most 64 bytes (items of up to 40 bytes by value) get a
+  // reserve: 512 KiB a ring at most, at the defaults. Such a ring holds up to
+  // ring_capacity x (1 + ring_growth) items while it moves. The report shows the deepest
+  // each ring ran (ring_capacity).
   std::size_t ring_growth = 8;
   // Per-stage busy / starved / blocked time, ring occupancy, item latency and per-lane
   // H2D / compute / D2H time: a few clock reads per item and stage. false: only item

@@ -347,7 +347,7 @@ TEST_CASE("shared_core_grows: a ring grows where its consumer drains the reserve
                   .share_cpu(0));
 }
 
-TEST_CASE("load_placer: after each round the listener sees where the chain's stages run, and their loads") {
+TEST_CASE("load_placer: after each round the listener sees where the stages run, and their loads") {
   if (my_cpus().size() < 2) {
     WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
     return;

@@ -381,7 +381,8 @@ struct chain_placement {
 // that would have let its rings grow (benchmarks/RESULTS.md, "Growing by CPU time").
 inline constexpr double shared_core_hold_s = 1e-3;
 inline bool shared_core_grows(std::size_t reserve, double consumer_ns) noexcept {
-  return consumer_ns > 0 && static_cast<double>(reserve) * consumer_ns <= shared_core_hold_s * 1e9;
+  return consumer_ns > 0 &&
+         static_cast<double>(reserve) * consumer_ns <= shared_core_hold_s * 1e9;
 }
 
 #if defined(__linux__)

@@ -449,7 +449,7 @@ class ring_link {
           counted(position);
           return v;
         }
-        if (!ring_access::take_mark(*out)) return std::nullopt;  // closed and drained, or timed out
+        if (!ring_access::take_mark(*out)) return std::nullopt;  // closed and drained (or late)
         follow();
       }
     }
