@@ -8,8 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "ring_tests.hpp"
 
@@ -80,6 +82,79 @@ TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
   REQUIRE(in_order);
   REQUIRE(expected == n);
   REQUIRE_FALSE(ring.try_pop().has_value());
+}
+
+// drain (for a pipeline stage, through ring_access): f on each element there, in order,
+// up to the bound, stopping where f says so and before a mark; each slot is the
+// producer's again before f runs, as after a pop.
+TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound") {
+  using conveyor::detail::ring_access;
+  spsc_ring<std::unique_ptr<int>> ring{8};
+  for (int i = 0; i < 8; ++i) REQUIRE(ring.try_push(std::make_unique<int>(i)));
+  std::vector<int> seen;
+  int stop_at = -1;  // f says false after this element
+  auto f = [&](std::unique_ptr<int>&& p) noexcept {
+    seen.push_back(*p);
+    return *p != stop_at;
+  };
+  CHECK(ring_access::drain(ring, f, 3) == 3);
+  CHECK(seen == std::vector<int>{0, 1, 2});
+  stop_at = 4;
+  CHECK(ring_access::drain(ring, f, 100) == 2);  // 3, and 4, where f said stop
+  CHECK(seen == std::vector<int>{0, 1, 2, 3, 4});
+  for (int i = 8; i < 13; ++i) REQUIRE(ring.try_push(std::make_unique<int>(i)));  // the freed slots
+  CHECK_FALSE(ring.try_push(std::make_unique<int>(99)));  // full again
+  CHECK(ring_access::drain(ring, f, 100) == 8);
+  CHECK(seen.size() == 13);
+  CHECK(std::is_sorted(seen.begin(), seen.end()));
+  CHECK(seen.back() == 12);
+  CHECK(ring_access::drain(ring, f, 100) == 0);  // empty
+  CHECK(ring.size_approx() == 0);
+  // A mark ends a burst; the element after it is the next ring's business.
+  REQUIRE(ring.try_push(std::make_unique<int>(13)));
+  REQUIRE(ring_access::try_mark(ring));
+  CHECK(ring_access::drain(ring, f, 100) == 1);
+  CHECK(ring_access::drain(ring, f, 100) == 0);
+  CHECK(ring_access::take_mark(ring));
+  CHECK(seen.back() == 13);
+  // f may refill the slot its element left (full before the burst).
+  for (int i = 0; i < 8; ++i) REQUIRE(ring.try_push(std::make_unique<int>(20 + i)));
+  bool refilled = true;
+  auto refill = [&](std::unique_ptr<int>&& p) noexcept {
+    refilled &= ring.try_push(std::move(p));
+    return false;
+  };
+  CHECK(ring_access::drain(ring, refill, 8) == 1);
+  CHECK(refilled);
+  CHECK(ring.size_approx() == 8);
+}
+
+TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in order") {
+  using conveyor::detail::ring_access;
+  const std::size_t capacity = GENERATE(2u, 1024u);
+  const std::uint64_t n = t::scaled(10'000'000);
+  CAPTURE(capacity, n);
+  spsc_ring<std::uint64_t> ring{capacity};
+  std::thread producer{[&] {
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (!ring.push(std::uint64_t{i})) return;
+    ring.close();
+  }};
+  std::uint64_t expected = 0;
+  bool in_order = true;
+  auto f = [&](std::uint64_t&& v) noexcept {
+    in_order &= (v == expected++);
+    return expected % 97 != 0;  // now and then a burst cut short
+  };
+  for (;;) {
+    if (ring_access::drain(ring, f, 1 + expected % 64) != 0) continue;
+    auto v = ring.pop();  // none there: wait for one, as a stage does
+    if (!v) break;
+    in_order &= (*v == expected++);
+  }
+  producer.join();
+  REQUIRE(in_order);
+  REQUIRE(expected == n);
 }
 
 TEST_CASE("spsc_ring: pop_until times out, delivers, and sees close") {

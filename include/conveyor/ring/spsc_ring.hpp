@@ -184,6 +184,39 @@ class spsc_ring {
     return out;
   }
 
+  // The consumer takes the elements there now, up to max, in order, and hands each to
+  // f(T&&): a burst. f returns false to stop after the element it was given. Each
+  // element leaves its slot, and the slot goes back to the producer (notified), before f
+  // runs, as with a pop: f may block, even on the producer, and the ring has the room a
+  // pop would have left. Once per burst instead of per element: the consumer's index
+  // store, and for a pipeline stage the optional each pop returns and the calls through
+  // its link. Stops before a mark. Returns how many elements f was given (0: none there).
+  template <class F>
+  CONVEYOR_HOT_INLINE std::size_t drain(F& f, std::size_t max) noexcept {
+    static_assert(std::is_nothrow_invocable_r_v<bool, F&, T&&>,
+                  "spsc_ring::drain: f(T&&) must be noexcept and return bool");
+    const std::size_t first = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    cell* const slots = slots_.data();
+    const std::size_t mask = mask_, capacity = capacity_;  // in registers across notify()
+    std::size_t head = first;
+    while (head - first < max) {
+      cell* c = slots + (head & mask);
+      if (!c->takable(head)) break;  // acquire: as in take()
+      T* p = c->element();
+      T v{std::move(*p)};
+      std::destroy_at(p);
+      // release: as in take(): the move-out and the destruction happen-before the
+      // producer fills the slot again.
+      c->seq.store(head + capacity, std::memory_order_release);
+      not_full_.notify();
+      ++head;
+      if (!f(std::move(v))) break;
+    }
+    // relaxed: as in take().
+    if (head != first) consumer_.head.store(head, std::memory_order_relaxed);
+    return head - first;
+  }
+
   bool push_impl(T&& v, detail::wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     for (;;) {

@@ -6,6 +6,7 @@
 //   detail::wait_timing t;                                 // = ring.pop(&position), and
 //   auto w = detail::ring_access::pop(ring, &position, &t);  // what its waits cost
 //   bool ok = detail::ring_access::push(ring, std::move(x), &t);
+//   std::size_t n = detail::ring_access::drain(ring, f, 32);  // f(T&&) on up to 32 there
 //
 // Thread-safety: as the ring's member called.
 #pragma once
@@ -29,6 +30,12 @@ struct ring_access {
   CONVEYOR_HOT_INLINE static auto take(Ring& ring, std::size_t* position) noexcept(
       noexcept(ring.take(position))) {
     return ring.take(position);
+  }
+
+  // spsc_ring's burst: f(T&&) on each element there now, up to max (see spsc_ring::drain).
+  template <class T, class F>
+  CONVEYOR_HOT_INLINE static std::size_t drain(spsc_ring<T>& ring, F& f, std::size_t max) noexcept {
+    return ring.drain(f, max);
   }
 
   // The blocking pop() and push() of spsc_ring and mpmc_ring, adding what their waits

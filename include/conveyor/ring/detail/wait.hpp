@@ -298,8 +298,10 @@ class wait_point {
   }
 
   // Call after publishing the state change that may satisfy a waiter's pred. Wakes every
-  // thread asleep here; a no-op (no syscall, no shared write) when none is.
-  void notify() noexcept {
+  // thread asleep here; a no-op (no syscall, no shared write) when none is. Inlined: a
+  // stage's burst (spsc_ring::drain) notifies per element, with the ring's fields in
+  // registers across the fence.
+  CONVEYOR_HOT_INLINE void notify() noexcept {
     // Dekker: we stored the publication, then load waiting_; a waiter stored waiting_,
     // then loads the publication (in pred). One of the two must see the other's store,
     // which needs StoreLoad order on both sides.
