@@ -3,6 +3,7 @@
 //   detail::ring_link<envelope<int>> ring{1024, {.pushers = 1, .poppers = 1}};  // an spsc_ring
 //   detail::ring_link<envelope<int>> fan{1024, {.pushers = 1, .poppers = 3}};   // an mpmc_ring
 //   ring.push(std::move(e));  auto e = ring.pop();                       // either way
+//   ring.drain(f, 32);  // an SPSC link's consumer: f(e) on each of up to 32 there now
 //   detail::ring_link<envelope<int>> lanes{1024, {.pushers = 2, .poppers = 3, .lanes = true}};
 //   lanes.port(1).push(std::move(e));  auto e = lanes.port(2).pop();      // per thread
 //   detail::ring_link<envelope<int>> deep{1024, {1, 1}, 8192};  // may move to 8192 slots
@@ -164,6 +165,17 @@ class ring_link {
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     return try_pop_at(0, position);
+  }
+  // Whether drain() works here: an SPSC link (growing or not), whose one consumer may
+  // take what is there in bursts.
+  bool can_drain() const noexcept { return spsc_.has_value(); }
+  // The consumer of an SPSC link (can_drain()): f(T&&) on each element there now, up to
+  // max, in order, past marks into the other ring of a growing link; f returns false to
+  // stop after its element. How many f was given (0: none there). See spsc_ring::drain.
+  template <class F>
+  CONVEYOR_HOT_INLINE std::size_t drain(F& f, std::size_t max) noexcept {
+    if (grow_) return grow_->drain(f, max);
+    return ring_access::drain(*spsc_, f, max);
   }
   // Blocks while empty; nullopt only when closed and drained. With timing: adds what its
   // waits cost to *timing (see detail::wait_timing).
@@ -452,6 +464,26 @@ class ring_link {
         if (!ring_access::take_mark(*out)) return std::nullopt;  // closed and drained (or late)
         follow();
       }
+    }
+    // The consumer's burst (ring_link::drain), counted like its pops.
+    template <class F>
+    CONVEYOR_HOT_INLINE std::size_t drain(F& f, std::size_t max) noexcept {
+      std::size_t n = ring_access::drain(*out, f, max);
+      if (n == 0) [[unlikely]]
+        n = drain_past_marks(f, max);
+      // relaxed: the consumer's own count, as in counted().
+      popped.store(popped.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+      return n;
+    }
+    // None there: past the marks, a burst in the ring they lead to (out of line, as
+    // past_marks()).
+    template <class F>
+    [[gnu::noinline]] std::size_t drain_past_marks(F& f, std::size_t max) noexcept {
+      while (ring_access::take_mark(*out)) {
+        follow();
+        if (const std::size_t n = ring_access::drain(*out, f, max)) return n;
+      }
+      return 0;
     }
     void follow() noexcept { out = other(out); }
     // One more element taken; position: how many were taken before it.
