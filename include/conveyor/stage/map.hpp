@@ -289,28 +289,49 @@ class map_node {
     worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(),
                        ring_name_.c_str()};
     const bool ordered = reorder_.has_value();
+    // An item taken without the reorder window: through the function and downstream.
+    // false: the worker stops (the pipeline is stopping, the function threw, or the
+    // ring behind the stage closed), the item accounted for.
+    bool stopped = false;
+    const auto forward = [&](envelope<In>&& in) noexcept {
+      const std::uint64_t n = in.items();
+      std::optional<out_type> out;
+      if (ctl_.is_stopping()) {
+        ctl_.cancel(n);
+      } else if (apply(probe, in, out)) {
+        if (probe.emplace(*out_, std::move(*out), in.meta, std::move(in.metas))) return true;
+        ctl_.cancel(n);
+      }
+      stopped = true;
+      return false;
+    };
+    // The one worker of an SPSC link takes what its ring holds in bursts, and waits
+    // (pops) only when it holds nothing (see worker_probe::drain).
+    const bool bursts = !ordered && in_->can_drain();
     for (;;) {
+      if (bursts && probe.drain(*in_, forward) != 0) {
+        if (stopped) break;
+        continue;
+      }
       std::size_t pos = 0;
       auto in = probe.pop(*in_, ordered ? &pos : nullptr);
       if (!in) break;
       probe.occupancy(*in_);
+      if (!ordered) {
+        if (!forward(std::move(*in))) break;
+        continue;
+      }
       // Waiting for the reorder window counts as waiting for input.
       const auto wait_for_window = [&](auto&& wait) { return probe.wait_as(worker_probe::wait_for::input, wait); };
-      if (ctl_.is_stopping() || (ordered && !reorder_->admit(pos, wait_for_window))) {
+      if (ctl_.is_stopping() || !reorder_->admit(pos, wait_for_window)) {
         ctl_.cancel(in->items());
         break;
       }
-      const std::uint64_t n = in->items();
       std::optional<out_type> out;
       if (!apply(probe, *in, out)) break;
-      if (ordered) {
-        // Depositing may emit downstream, through this worker's probe.
-        reorder_->deposit(pos, envelope<out_type>{std::move(*out), in->meta, std::move(in->metas)},
-                          [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); });
-      } else if (!probe.emplace(*out_, std::move(*out), in->meta, std::move(in->metas))) {
-        ctl_.cancel(n);
-        break;
-      }
+      // Depositing may emit downstream, through this worker's probe.
+      reorder_->deposit(pos, envelope<out_type>{std::move(*out), in->meta, std::move(in->metas)},
+                        [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); });
     }
     leave();
   }

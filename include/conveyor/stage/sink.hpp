@@ -88,17 +88,18 @@ class terminal_node {
     // service's, by its ticket) or a sample of them (a source pipeline's: by id).
     const bool timed = latency_ != nullptr && probe.on();
     const bool every_item = ctl_.has_tickets();
-    for (;;) {
-      auto in = probe.pop(*in_);
-      if (!in) break;
-      probe.occupancy(*in_);
-      const std::uint64_t n = in->items();
+    // One item: delivered, its latency recorded. false: the worker stops (the pipeline
+    // is stopping, or the delivery threw), the item accounted for.
+    bool stopped = false;
+    const auto deliver_one = [&](envelope<In>&& in) noexcept {
+      const std::uint64_t n = in.items();
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
-        break;
+        stopped = true;
+        return false;
       }
-      const item_meta meta = in->meta;
-      meta_list metas = std::move(in->metas);
+      const item_meta meta = in.meta;
+      meta_list metas = std::move(in.metas);
       // A single item's entry time is looked up before delivering it: a service's
       // delivery frees the item's ticket, where the time is kept (control::entered()).
       // Batches reach only a source pipeline's sinks, whose times stay put. Per item a
@@ -112,16 +113,31 @@ class terminal_node {
         single = entry_of(meta);
       try {
         metrics::nvtx_range range{probe.span_name()};
-        deliver_(std::move(*in));
+        deliver_(std::move(in));
       } catch (...) {
         probe.busy();
         ctl_.fail_current(name_, meta, n);
-        break;
+        stopped = true;
+        return false;
       }
       probe.work_done();
       if (timed && (single.t0_ns != 0 || !metas.empty())) [[unlikely]]
         record_latencies(single, metas);
       probe.items(n);  // counts as completed: see control::count_completions_of
+      return true;
+    };
+    // The one worker of an SPSC link takes what its ring holds in bursts, and waits
+    // (pops) only when it holds nothing (see worker_probe::drain).
+    const bool bursts = in_->can_drain();
+    for (;;) {
+      if (bursts && probe.drain(*in_, deliver_one) != 0) {
+        if (stopped) break;
+        continue;
+      }
+      auto in = probe.pop(*in_);
+      if (!in) break;
+      probe.occupancy(*in_);
+      if (!deliver_one(std::move(*in))) break;
     }
   }
 

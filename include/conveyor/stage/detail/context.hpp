@@ -429,6 +429,23 @@ class worker_probe {
     if (auto v = in.try_pop(pos)) return v;
     return wait_as(wait_for::input, [&](wait_timing* t) { return in.pop(pos, t); });
   }
+  // Takes what the input link holds now, up to `burst` items, and hands each to f(T&&)
+  // (ring_link::drain: an SPSC link's one consumer); f returns false to stop after its
+  // item. 0: there was none (the caller waits with pop()). Like a pop that found an
+  // item ready it reads no clock; the occupancy sample, when due, is taken before the
+  // burst. Each item leaves the ring before f runs, as with a pop; per burst instead of
+  // per item: the consumer's index store, the optional a pop returns, the calls through
+  // the link. bench_pipeline's trivial chain of one-worker stages runs ~1.3x as fast
+  // for it (benchmarks/RESULTS.md, "Bursts").
+  template <class Link, class F>
+  CONVEYOR_HOT_INLINE std::size_t drain(Link& in, F& f) noexcept {
+    occupancy(in);
+    return in.drain(f, burst);
+  }
+  // At most this many items per burst: between bursts the stage checks what a pop
+  // would (the next wait, a stop) and samples its occupancy when due.
+  static constexpr std::size_t burst = 32;
+
   // Pushes to the output ring; waits are charged as blocked, measured as in pop().
   // false: the ring was closed (the pipeline is stopping).
   template <class Ring, class T>
