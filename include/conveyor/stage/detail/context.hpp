@@ -435,8 +435,8 @@ class worker_probe {
   // item ready it reads no clock; the occupancy sample, when due, is taken before the
   // burst. Each item leaves the ring before f runs, as with a pop; per burst instead of
   // per item: the consumer's index store, the optional a pop returns, the calls through
-  // the link. bench_pipeline's trivial chain of one-worker stages runs ~1.3x as fast
-  // for it (benchmarks/RESULTS.md, "Bursts").
+  // the link. bench_pipeline's trivial chain of one-worker stages runs 1.27-1.38x as
+  // fast for it in paired rounds (benchmarks/RESULTS.md, "Bursts").
   template <class Link, class F>
   CONVEYOR_HOT_INLINE std::size_t drain(Link& in, F& f) noexcept {
     occupancy(in);
