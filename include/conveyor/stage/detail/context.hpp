@@ -607,10 +607,11 @@ class worker_probe {
   }
   static constexpr std::int64_t max_round_ns = 2000;  // a pause and a re-check: far less
 
-  // A clock mark of the stage's work: closes the phase now, and the next pop samples the
-  // input ring's occupancy.
+  // A clock mark of the stage's work: closes the phase now, and the next pop (or burst)
+  // samples the input ring's occupancy. A sample due stays due until taken: a burst
+  // marks each of its items (with a trace track) before the next burst samples.
   metrics::phase mark() noexcept {
-    occupancy_due_ = track_ == nullptr || ++marks_ % occupancy_period == 0;
+    if (track_ == nullptr || ++marks_ % occupancy_period == 0) occupancy_due_ = true;
     return charge_until(now_ns());
   }
 
