@@ -74,7 +74,7 @@
 #include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/version.h>
 
-#include "conveyor/metrics/clock.hpp"
+#include "conveyor/base/clock.hpp"
 #include "conveyor/pipeline.hpp"
 
 namespace {
@@ -96,7 +96,7 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-double process_cpu_ns() noexcept { return static_cast<double>(conveyor::metrics::process_cpu_ns()); }
+double process_cpu_ns() noexcept { return static_cast<double>(conveyor::process_cpu_ns()); }
 
 // CPU time of the whole process (every thread: the pipeline's, TBB's workers) over the
 // timed iterations, per item: what the pipeline costs beyond its stages' own work, and
@@ -228,8 +228,8 @@ enum class cost_kind { sleep, spin };
 
 // Burns d of this thread's CPU time: while preempted it makes no progress.
 void burn_cpu(std::chrono::nanoseconds d) noexcept {
-  const std::int64_t end = conveyor::metrics::thread_cpu_ns() + d.count();
-  while (conveyor::metrics::thread_cpu_ns() < end) {
+  const std::int64_t end = conveyor::thread_cpu_ns() + d.count();
+  while (conveyor::thread_cpu_ns() < end) {
   }
 }
 

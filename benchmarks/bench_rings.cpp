@@ -57,7 +57,7 @@
 #include <readerwriterqueue/readerwritercircularbuffer.h>
 #include <readerwriterqueue/readerwriterqueue.h>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/ring/spsc_ring.hpp"

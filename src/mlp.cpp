@@ -14,7 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <library_types.h>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/runtime/cuda/check.hpp"
 #include "conveyor/runtime/cuda/cublas.hpp"
 #include "conveyor_models/kernels.hpp"

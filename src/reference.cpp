@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor_models {
 namespace {

@@ -57,19 +57,19 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/detail/placement.hpp"
-#include "conveyor/detail/thread_group.hpp"
-#include "conveyor/error.hpp"
-#include "conveyor/metrics/clock.hpp"
-#include "conveyor/metrics/progress.hpp"
-#include "conveyor/metrics/report.hpp"
-#include "conveyor/metrics/trace_export.hpp"
-#include "conveyor/metrics/verdict.hpp"
-#include "conveyor/outcome.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/pipeline/placement.hpp"
+#include "conveyor/base/thread_group.hpp"
+#include "conveyor/base/error.hpp"
+#include "conveyor/base/clock.hpp"
+#include "conveyor/report/progress.hpp"
+#include "conveyor/report/report.hpp"
+#include "conveyor/report/trace_export.hpp"
+#include "conveyor/report/verdict.hpp"
+#include "conveyor/base/outcome.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/stage/batch.hpp"
-#include "conveyor/stage/concepts.hpp"
+#include "conveyor/stage/chain.hpp"
 #include "conveyor/stage/detail/context.hpp"
 #include "conveyor/stage/gpu.hpp"
 #include "conveyor/stage/map.hpp"
@@ -324,7 +324,7 @@ class pipeline<chain<Bound...>> {
     state_->start_ns = detail::now_ns();  // a placeholder should spawning throw
     start_nodes(std::make_index_sequence<n_stages>{});  // the threads wait at the gate
     state_->start_ns = detail::now_ns();
-    state_->start_cpu_ns = metrics::process_cpu_ns();
+    state_->start_cpu_ns = conveyor::process_cpu_ns();
     state_->ctl.open_gate();
     if (state_->options.placement != thread_placement::os)
       state_->placer = std::make_unique<detail::load_placer>(
@@ -496,7 +496,7 @@ class pipeline<chain<Bound...>> {
   static conveyor::report make_report(const state& st) {
     conveyor::report r;
     const std::int64_t end = st.joined ? st.end_ns : detail::now_ns();
-    r.wall_s = st.started ? metrics::ns_to_s(end - st.start_ns) : 0.0;
+    r.wall_s = st.started ? conveyor::ns_to_s(end - st.start_ns) : 0.0;
     const auto& c = st.ctl;
     // relaxed: counters; after join they are exact, before it a recent snapshot.
     r.produced = c.produced.load(std::memory_order_relaxed);
@@ -505,9 +505,9 @@ class pipeline<chain<Bound...>> {
     r.cancelled = c.cancelled.load(std::memory_order_relaxed);
     r.runtime = "host";
     if (st.started) {
-      r.cpus = metrics::usable_cpus();
-      const std::int64_t cpu_end = st.joined ? st.end_cpu_ns : metrics::process_cpu_ns();
-      r.process_cpu_s = metrics::ns_to_s(std::max<std::int64_t>(cpu_end - st.start_cpu_ns, 0));
+      r.cpus = conveyor::usable_cpus();
+      const std::int64_t cpu_end = st.joined ? st.end_cpu_ns : conveyor::process_cpu_ns();
+      r.process_cpu_s = conveyor::ns_to_s(std::max<std::int64_t>(cpu_end - st.start_cpu_ns, 0));
     }
     r.placement.mode = to_string(st.options.placement);
     if (st.placer) {  // made in start() before the progress thread, kept until destruction
@@ -525,7 +525,7 @@ class pipeline<chain<Bound...>> {
       if (i.batches && !r.batching) r.batching = metrics::make_batch_report(i.batches->snapshot());
     }
     report_depths(st, r, std::make_index_sequence<n_rings>{});
-    r.gpu_busy_fraction = r.wall_s > 0 ? metrics::ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
+    r.gpu_busy_fraction = r.wall_s > 0 ? conveyor::ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
     r.item_latency = metrics::make_latency_report(st.latency);
     metrics::complete_report(r);
     if (!st.ctl.metrics_on) {
@@ -790,7 +790,7 @@ class pipeline<chain<Bound...>> {
     std::atomic<bool> input_closed{false};
     bool started = false, joined = false;
     std::int64_t start_ns = 0, end_ns = 0;
-    std::int64_t start_cpu_ns = 0, end_cpu_ns = 0;  // metrics::process_cpu_ns()
+    std::int64_t start_cpu_ns = 0, end_cpu_ns = 0;  // conveyor::process_cpu_ns()
   };
 
   template <std::size_t... I>
@@ -884,7 +884,7 @@ class pipeline<chain<Bound...>> {
     if (st.progress) st.progress->stop();
     st.joined = true;
     st.end_ns = detail::now_ns();
-    st.end_cpu_ns = metrics::process_cpu_ns();
+    st.end_cpu_ns = conveyor::process_cpu_ns();
     after_join(std::make_index_sequence<n_stages>{});
     drain_rings(std::make_index_sequence<n_rings>{});
     if constexpr (service) {

@@ -10,7 +10,7 @@
 #include <string>
 #include <type_traits>
 
-#include "conveyor/error.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/concepts.hpp"
 #include "conveyor/runtime/host/runtime.hpp"
 #include "conveyor/runtime/slot_pool.hpp"

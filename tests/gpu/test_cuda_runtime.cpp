@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "conveyor/error.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/concepts.hpp"
 #include "conveyor/runtime/detail/cuda_counters.hpp"
 #include "conveyor/runtime/slot_pool.hpp"

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/error.hpp"
-#include "conveyor/metrics/clock.hpp"
+#include "conveyor/base/error.hpp"
+#include "conveyor/base/clock.hpp"
 #include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "test_support.hpp"
@@ -429,7 +429,7 @@ void check_measured_waits() {
         std::this_thread::sleep_for(20ms);
         other_ok = popping ? ring.push(9) : ring.pop().has_value();
       }};
-      const std::int64_t t0 = metrics::now_ns();
+      const std::int64_t t0 = conveyor::now_ns();
       if (popping) {
         std::size_t pos = 0;
         REQUIRE(access::pop(ring, &pos, &t) == std::optional<int>{9});
@@ -438,7 +438,7 @@ void check_measured_waits() {
         REQUIRE(ring.try_pop() == std::optional<int>{3});
         REQUIRE(ring.try_pop() == std::optional<int>{4});
       }
-      const std::int64_t t1 = metrics::now_ns();
+      const std::int64_t t1 = conveyor::now_ns();
       other.join();
       REQUIRE(other_ok);
       CAPTURE(attempt, t.rounds, t.slow_ns, t.end_ns, t1 - t0);

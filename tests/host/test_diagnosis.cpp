@@ -212,7 +212,7 @@ TEST_CASE("diagnosis: a CPU map burning every core -> cpu_stage_bound, advice fi
   // Not scaled down under sanitizers: at a third of the run (CI's TSan build), 'decode'
   // read 76-85% busy, below the verdict's 85%, in 7 of ~100 runs (0 of 40 before
   // 2455f6a; not explained); at full length 0 of 45.
-  const std::size_t cores = metrics::usable_cpus();
+  const std::size_t cores = conveyor::usable_cpus();
   const std::uint64_t n = 300 * cores;
   pipeline p{numbers(n) |
                  map([](item x) {

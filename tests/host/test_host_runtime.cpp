@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/error.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/concepts.hpp"
 #include "test_support.hpp"
 

@@ -1,7 +1,7 @@
 // latency_histogram: bucket layout, percentiles against exact nearest-rank percentiles of
 // generated data within the documented relative error, concurrent conservation, merge,
 // reset.
-#include "conveyor/metrics/histogram.hpp"
+#include "conveyor/counters/histogram.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 // interval_union and concurrent_interval_union against a brute-force union: exact when
 // arrivals are out of order within the window, never over-counting beyond it, and
 // conserving intervals under concurrent adds.
-#include "conveyor/metrics/interval_union.hpp"
+#include "conveyor/counters/interval_union.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,7 +15,7 @@
 #include "test_support.hpp"
 
 using conveyor::metrics::concurrent_interval_union;
-using conveyor::metrics::interval;
+using conveyor::interval;
 using conveyor::metrics::interval_union;
 namespace t = conveyor::test;
 

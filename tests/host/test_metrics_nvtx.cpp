@@ -2,7 +2,7 @@
 // (no CUDA: an empty object) and, when the toolkit is there, against conveyor::cuda
 // (NVTX3 calls into the "conveyor" domain; with no profiler attached they are no-ops,
 // so this runs on machines without a GPU).
-#include "conveyor/metrics/nvtx.hpp"
+#include "conveyor/counters/nvtx.hpp"
 
 #include <catch2/catch.hpp>
 

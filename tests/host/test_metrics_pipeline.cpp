@@ -325,7 +325,7 @@ struct scripted_ring {
     std::this_thread::sleep_for(stall);
     t.rounds += cost.rounds;
     t.slow_ns += cost.slow_ns;
-    if (cost.end_ns != 0) t.end_ns = metrics::now_ns();
+    if (cost.end_ns != 0) t.end_ns = conveyor::now_ns();
   }
 };
 
@@ -415,7 +415,7 @@ TEST_CASE("worker_probe: a wait that reached the ring's slow path is charged whe
   using namespace std::chrono_literals;
   detail::control ctl{true};
   metrics::stage_stats stats{1};
-  const std::int64_t t0 = metrics::now_ns();
+  const std::int64_t t0 = conveyor::now_ns();
   detail::worker_probe probe{ctl, stats, 0, nullptr, "s", nullptr};
   scripted_ring sampled;  // the first wait is the sampled one
   REQUIRE(probe.pop(sampled));

@@ -1,6 +1,6 @@
 // progress_line: refuses fast periods, refreshes with '\r' lines from the snapshot
 // function, stops promptly, survives a throwing snapshot.
-#include "conveyor/metrics/progress.hpp"
+#include "conveyor/report/progress.hpp"
 
 #include <catch2/catch.hpp>
 

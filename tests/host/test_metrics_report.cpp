@@ -1,9 +1,9 @@
 // report: builders from live counters, operator<< (a table that carries the verdict),
 // to_json (parses with nlohmann and round-trips every number), window() of two
 // cumulative reports.
-#include "conveyor/metrics/report.hpp"
-#include "conveyor/metrics/verdict.hpp"
-#include "conveyor/metrics/progress.hpp"
+#include "conveyor/report/report.hpp"
+#include "conveyor/report/verdict.hpp"
+#include "conveyor/report/progress.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

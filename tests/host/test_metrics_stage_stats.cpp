@@ -1,8 +1,8 @@
 // stage_stats / phase_clock, lane_stats / gpu_stats and batch_stats: layout, exact
 // totals from concurrent writers, snapshots that only grow while writers run.
-#include "conveyor/metrics/batch_stats.hpp"
-#include "conveyor/metrics/lane_stats.hpp"
-#include "conveyor/metrics/stage_stats.hpp"
+#include "conveyor/counters/batch_stats.hpp"
+#include "conveyor/counters/lane_stats.hpp"
+#include "conveyor/counters/stage_stats.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -87,7 +87,7 @@ TEST_CASE("stage_stats: concurrent workers and a snapshot reader; totals exact")
 TEST_CASE("phase_clock: consecutive phases tile time and land in the right counter") {
   m::stage_stats s{1};
   auto& w = s.worker(0);
-  const std::int64_t t0 = m::now_ns();
+  const std::int64_t t0 = conveyor::now_ns();
   m::phase_clock clock{w, t0};
   const m::phase a = clock.starved();
   const m::phase b = clock.busy();

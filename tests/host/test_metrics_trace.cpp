@@ -2,8 +2,8 @@
 // thread_name metadata per track, well-nested spans per track, counters, exact
 // timestamps; memory stays bounded over a 1M-event run; exporting while writers run
 // yields only whole events.
-#include "conveyor/metrics/trace.hpp"
-#include "conveyor/metrics/trace_export.hpp"
+#include "conveyor/counters/trace.hpp"
+#include "conveyor/report/trace_export.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>

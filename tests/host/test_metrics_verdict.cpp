@@ -2,7 +2,7 @@
 // on each side of every threshold, and planted bottlenecks in a simulated pipeline
 // whose busy / starved / blocked times come from a tick-by-tick model of workers and
 // bounded rings (not written by hand).
-#include "conveyor/metrics/verdict.hpp"
+#include "conveyor/report/verdict.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "conveyor/metrics/interval_union.hpp"
+#include "conveyor/counters/interval_union.hpp"
 
 namespace m = conveyor::metrics;
 using m::stage_kind;

@@ -2,7 +2,7 @@
 // stage alone on a CPU while the light ones share another. Automatic placement: when it
 // pins (the rule on known shares, a placer fed chosen shares), what it reads from
 // /proc/stat, and a pipeline that must not pin beside busy threads of its process.
-#include "conveyor/detail/placement.hpp"
+#include "conveyor/pipeline/placement.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "conveyor/metrics/clock.hpp"
+#include "conveyor/base/clock.hpp"
 #include "conveyor/pipeline.hpp"
 #include "test_support.hpp"
 
@@ -206,7 +206,7 @@ TEST_CASE("parse_cpu_ticks: the allowed CPUs' lines of /proc/stat") {
   CHECK_FALSE(parse_cpu_ticks("", {0}));
 #if defined(__linux__)
   // This machine's own file holds a line for every CPU this process may use.
-  CHECK(detail::read_cpu_ticks(metrics::allowed_cpus()));
+  CHECK(detail::read_cpu_ticks(conveyor::allowed_cpus()));
 #endif
 }
 
@@ -232,7 +232,7 @@ TEST_CASE("pipeline: placement by load needs a sane period") {
 #if defined(__linux__)
 namespace {
 // The CPUs this thread may run on.
-std::vector<int> my_cpus() { return metrics::allowed_cpus(); }
+std::vector<int> my_cpus() { return conveyor::allowed_cpus(); }
 
 // How many CPUs a thread may run on.
 std::size_t cpus_of(pthread_t t) {

@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "conveyor/error.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/host/runtime.hpp"
 #include "test_support.hpp"
 

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "conveyor/metrics/clock.hpp"
+#include "conveyor/base/clock.hpp"
 
 // CONVEYOR_TEST_TSAN: built with ThreadSanitizer, which instruments every atomic access
 // (a ring's pop or push then costs microseconds) and intercepts allocation.
@@ -61,8 +61,8 @@ struct throwing_move_only {
 // unlike a wall-clock spin, which finishes early in CPU terms when the core is shared).
 inline void burn_thread_cpu(std::chrono::microseconds d) noexcept {
   const std::int64_t end =
-      metrics::thread_cpu_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
-  while (metrics::thread_cpu_ns() < end) {
+      conveyor::thread_cpu_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+  while (conveyor::thread_cpu_ns() < end) {
   }
 }
 

@@ -26,7 +26,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/ring/detail/wait.hpp"

@@ -30,7 +30,7 @@
 #include <optional>
 #include <string>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/runtime/concepts.hpp"

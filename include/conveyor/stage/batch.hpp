@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/detail/thread_group.hpp"
-#include "conveyor/metrics/batch_stats.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/thread_group.hpp"
+#include "conveyor/counters/batch_stats.hpp"
 #include "conveyor/stage/detail/context.hpp"
 
 namespace conveyor {

@@ -36,10 +36,10 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/detail/thread_group.hpp"
-#include "conveyor/metrics/lane_stats.hpp"
-#include "conveyor/metrics/nvtx.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/thread_group.hpp"
+#include "conveyor/counters/lane_stats.hpp"
+#include "conveyor/counters/nvtx.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 #include "conveyor/runtime/concepts.hpp"
 #include "conveyor/runtime/event_timing.hpp"

@@ -34,9 +34,9 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/detail/thread_group.hpp"
-#include "conveyor/metrics/nvtx.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/thread_group.hpp"
+#include "conveyor/counters/nvtx.hpp"
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/stage/detail/context.hpp"

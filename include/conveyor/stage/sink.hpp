@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/detail/thread_group.hpp"
-#include "conveyor/metrics/nvtx.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/thread_group.hpp"
+#include "conveyor/counters/nvtx.hpp"
 #include "conveyor/stage/detail/context.hpp"
 #include "conveyor/stage/map.hpp"
 

@@ -19,9 +19,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "conveyor/config.hpp"
-#include "conveyor/detail/thread_group.hpp"
-#include "conveyor/metrics/nvtx.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/thread_group.hpp"
+#include "conveyor/counters/nvtx.hpp"
 #include "conveyor/stage/detail/context.hpp"
 
 namespace conveyor {

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/runtime/host/runtime.hpp"
 #include "conveyor_models/reference.hpp"
 

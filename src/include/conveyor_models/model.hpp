@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/runtime/host/runtime.hpp"
 #include "conveyor_models/cpu_mlp.hpp"
 

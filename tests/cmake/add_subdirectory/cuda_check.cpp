@@ -1,6 +1,6 @@
 // Built only when the package exports conveyor::cuda: linking it must define
 // CONVEYOR_HAS_CUDA=1 for a plain C++ translation unit.
-#include <conveyor/config.hpp>
+#include <conveyor/base/config.hpp>
 
 static_assert(CONVEYOR_HAS_CUDA == 1, "linking conveyor::cuda must define CONVEYOR_HAS_CUDA=1");
 

@@ -1,6 +1,6 @@
 // A find_package(conveyor) consumer: pushes through an spsc_ring and checks what comes
 // out, and that the installed version header matches the package version.
-#include <conveyor/config.hpp>
+#include <conveyor/base/config.hpp>
 #include <conveyor/ring/spsc_ring.hpp>
 #include <conveyor/version.hpp>
 

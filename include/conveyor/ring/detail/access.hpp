@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 
 namespace conveyor {

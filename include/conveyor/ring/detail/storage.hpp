@@ -6,7 +6,7 @@
 #include <new>
 #include <string>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor::detail {
 

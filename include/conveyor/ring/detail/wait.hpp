@@ -43,8 +43,8 @@
 #include <unistd.h>
 #endif
 
-#include "conveyor/config.hpp"
-#include "conveyor/metrics/clock.hpp"  // a leaf: the process's CPU time
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/clock.hpp"  // a leaf: the process's CPU time
 
 namespace conveyor::detail {
 
@@ -139,7 +139,7 @@ struct wait_timing {
   std::int64_t end_ns = 0;   // steady clock at the end of the last slow path; 0: none
 };
 
-// Where the process's CPU time can be read (metrics::process_cpu_ns() is 0 elsewhere).
+// Where the process's CPU time can be read (conveyor::process_cpu_ns() is 0 elsewhere).
 #if defined(__linux__)
 inline constexpr bool process_cpu_clock = true;
 #else
@@ -411,11 +411,11 @@ class wait_point {
         return pred();
       }
       const std::int64_t cpu_before =
-          process_cpu_clock && yields_.watch() ? metrics::process_cpu_ns() : -1;
+          process_cpu_clock && yields_.watch() ? conveyor::process_cpu_ns() : -1;
       std::this_thread::yield();
       const wait_clock::time_point after_yield = wait_clock::now();
       yields_.yielded(before_yield, after_yield,
-                      cpu_before < 0 ? -1 : metrics::process_cpu_ns() - cpu_before);
+                      cpu_before < 0 ? -1 : conveyor::process_cpu_ns() - cpu_before);
       if (pred()) {
         // A yield that returned at once (nothing else wanted this core) means the other
         // side ran elsewhere and was about to deliver: a longer spin would have paid. One

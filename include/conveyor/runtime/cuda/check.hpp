@@ -24,7 +24,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "conveyor/error.hpp"
+#include "conveyor/base/error.hpp"
 
 namespace conveyor::detail {
 

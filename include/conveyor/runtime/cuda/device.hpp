@@ -12,8 +12,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "conveyor/config.hpp"
-#include "conveyor/error.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/cuda/check.hpp"
 
 namespace conveyor::cuda {

@@ -15,8 +15,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "conveyor/config.hpp"
-#include "conveyor/error.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/cuda/check.hpp"
 #include "conveyor/runtime/cuda/stream.hpp"
 #include "conveyor/runtime/detail/cuda_counters.hpp"

@@ -15,8 +15,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "conveyor/config.hpp"
-#include "conveyor/error.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/detail/host_stream_state.hpp"
 #include "conveyor/runtime/detail/memory_span.hpp"
 #include "conveyor/runtime/detail/owning_buffer.hpp"

@@ -21,7 +21,7 @@
 #include <thread>
 #include <utility>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/runtime/detail/host_task.hpp"

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <type_traits>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor::detail {
 

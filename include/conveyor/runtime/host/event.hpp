@@ -23,8 +23,8 @@
 #include <memory>
 #include <utility>
 
-#include "conveyor/config.hpp"
-#include "conveyor/error.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/detail/host_stream_state.hpp"
 #include "conveyor/runtime/event_timing.hpp"
 #include "conveyor/runtime/host/stream.hpp"

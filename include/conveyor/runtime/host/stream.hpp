@@ -27,7 +27,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/runtime/detail/host_stream_state.hpp"
 #include "conveyor/runtime/detail/host_task.hpp"
 

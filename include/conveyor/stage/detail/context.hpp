@@ -31,21 +31,21 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/detail/first_error.hpp"
-#include "conveyor/detail/placement.hpp"
-#include "conveyor/error.hpp"
-#include "conveyor/metrics/clock.hpp"
-#include "conveyor/metrics/batch_stats.hpp"
-#include "conveyor/metrics/histogram.hpp"
-#include "conveyor/metrics/lane_stats.hpp"
-#include "conveyor/metrics/stage_stats.hpp"
-#include "conveyor/metrics/trace.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/first_error.hpp"
+#include "conveyor/pipeline/placement.hpp"
+#include "conveyor/base/error.hpp"
+#include "conveyor/base/clock.hpp"
+#include "conveyor/counters/batch_stats.hpp"
+#include "conveyor/counters/histogram.hpp"
+#include "conveyor/counters/lane_stats.hpp"
+#include "conveyor/counters/stage_stats.hpp"
+#include "conveyor/counters/trace.hpp"
 #include "conveyor/stage/detail/link.hpp"
 
 namespace conveyor::detail {
 
-using metrics::now_ns;
+using conveyor::now_ns;
 
 // A source pipeline times the latency of a sample of its items (one clock read at each
 // end); submit() times every item. The sample: 1 item in 8 of the first

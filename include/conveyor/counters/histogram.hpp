@@ -1,7 +1,7 @@
-// conveyor/metrics/histogram.hpp: fixed-memory latency histogram with bounded relative error.
+// conveyor/counters/histogram.hpp: fixed-memory latency histogram with bounded relative error.
 //
 //   conveyor::metrics::latency_histogram h;            // ~29 KiB, allocated once, inline
-//   h.record(metrics::now_ns() - item.submit_ns);       // any thread, lock-free
+//   h.record(conveyor::now_ns() - item.submit_ns);       // any thread, lock-free
 //   std::int64_t p99 = h.percentile(99.0);             // ns, within 1/128 of the exact value
 //   h.count(); h.min(); h.max(); h.mean();
 //
@@ -35,7 +35,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor::metrics {
 

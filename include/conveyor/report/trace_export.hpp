@@ -1,4 +1,4 @@
-// conveyor/metrics/trace_export.hpp: writes a trace_buffer as Chrome trace-event JSON,
+// conveyor/report/trace_export.hpp: writes a trace_buffer as Chrome trace-event JSON,
 // which Perfetto (ui.perfetto.dev) and chrome://tracing open.
 //
 //   std::ofstream f{"conveyor.trace.json"};
@@ -26,8 +26,8 @@
 #include <string_view>
 #include <vector>
 
-#include "conveyor/metrics/detail/json.hpp"
-#include "conveyor/metrics/trace.hpp"
+#include "conveyor/report/detail/json.hpp"
+#include "conveyor/counters/trace.hpp"
 
 namespace conveyor::metrics {
 

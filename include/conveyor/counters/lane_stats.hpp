@@ -1,4 +1,4 @@
-// conveyor/metrics/lane_stats.hpp: per-lane GPU counters (H2D / compute / D2H time and
+// conveyor/counters/lane_stats.hpp: per-lane GPU counters (H2D / compute / D2H time and
 // bytes per batch) and the GPU busy time (union of all lanes' compute intervals).
 //
 //   metrics::gpu_stats gpu{lanes};                       // at construction: allocates
@@ -26,9 +26,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "conveyor/config.hpp"
-#include "conveyor/metrics/clock.hpp"
-#include "conveyor/metrics/interval_union.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/clock.hpp"
+#include "conveyor/counters/interval_union.hpp"
 
 namespace conveyor::metrics {
 

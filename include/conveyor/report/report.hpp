@@ -1,4 +1,4 @@
-// conveyor/metrics/report.hpp: the report of a pipeline run: a struct for programs, a
+// conveyor/report/report.hpp: the report of a pipeline run: a struct for programs, a
 // table for people (operator<<) and JSON for tools (to_json).
 //
 //   conveyor::report r = pipeline.run();          // also pipeline.report(), stop()
@@ -33,12 +33,12 @@
 #include <string_view>
 #include <vector>
 
-#include "conveyor/metrics/batch_stats.hpp"
-#include "conveyor/metrics/clock.hpp"
-#include "conveyor/metrics/detail/json.hpp"
-#include "conveyor/metrics/histogram.hpp"
-#include "conveyor/metrics/lane_stats.hpp"
-#include "conveyor/metrics/stage_stats.hpp"
+#include "conveyor/counters/batch_stats.hpp"
+#include "conveyor/base/clock.hpp"
+#include "conveyor/report/detail/json.hpp"
+#include "conveyor/counters/histogram.hpp"
+#include "conveyor/counters/lane_stats.hpp"
+#include "conveyor/counters/stage_stats.hpp"
 
 namespace conveyor::metrics {
 

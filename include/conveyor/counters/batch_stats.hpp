@@ -1,4 +1,4 @@
-// conveyor/metrics/batch_stats.hpp: how full the batches leave the batching stage.
+// conveyor/counters/batch_stats.hpp: how full the batches leave the batching stage.
 //
 //   metrics::batch_stats bs{max_size};                   // the batcher's max batch size
 //   bs.record(batch.size(), /*on_timeout=*/deadline_hit); // batcher thread, per batch
@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor::metrics {
 

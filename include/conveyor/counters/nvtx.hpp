@@ -1,4 +1,4 @@
-// conveyor/metrics/nvtx.hpp: NVTX ranges in a "conveyor" domain, so Nsight Systems shows
+// conveyor/counters/nvtx.hpp: NVTX ranges in a "conveyor" domain, so Nsight Systems shows
 // the same stage and lane-phase names as the Chrome trace. Nothing without CUDA.
 //
 //   {
@@ -15,7 +15,7 @@
 // so a range must end on the thread that began it (RAII guarantees it).
 #pragma once
 
-#include "conveyor/config.hpp"
+#include "conveyor/base/config.hpp"
 #if CONVEYOR_HAS_CUDA
 #include <nvtx3/nvToolsExt.h>  // header-only NVTX3, from the CUDA toolkit (CUDA::nvtx3)
 #endif

@@ -1,4 +1,4 @@
-// conveyor/metrics/trace.hpp: bounded trace-event buffer: per track, a ring of the last
+// conveyor/counters/trace.hpp: bounded trace-event buffer: per track, a ring of the last
 // N spans and counter samples. Export: trace_export.hpp (Chrome trace-event JSON).
 //
 //   metrics::trace_buffer trace{16384};                      // events kept per track
@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/metrics/clock.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/clock.hpp"
 
 namespace conveyor::metrics {
 

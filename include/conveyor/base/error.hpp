@@ -1,4 +1,4 @@
-// conveyor/error.hpp: the exceptions conveyor throws.
+// conveyor/base/error.hpp: the exceptions conveyor throws.
 //
 //   try { pipe.run(); }
 //   catch (const conveyor::stage_error& e) {       // which stage, which item

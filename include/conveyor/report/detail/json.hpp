@@ -1,4 +1,4 @@
-// conveyor/metrics/detail/json.hpp: the few JSON writing helpers the trace exporter and
+// conveyor/report/detail/json.hpp: the few JSON writing helpers the trace exporter and
 // report::to_json share (hand-written output, no dependency).
 //
 //   detail::json_string(os, name);     // "quoted, \"escaped\""

@@ -1,4 +1,4 @@
-// conveyor/metrics/stage_stats.hpp: per-stage counters: items, busy / starved / blocked
+// conveyor/counters/stage_stats.hpp: per-stage counters: items, busy / starved / blocked
 // time per worker, and the occupancy of the stage's input ring.
 //
 //   metrics::stage_stats stats{workers};                 // at construction: allocates
@@ -33,8 +33,8 @@
 #include <memory>
 #include <string_view>
 
-#include "conveyor/config.hpp"
-#include "conveyor/metrics/clock.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/clock.hpp"
 
 namespace conveyor::metrics {
 

@@ -1,4 +1,4 @@
-// conveyor/metrics/progress.hpp: an optional live progress line for long runs.
+// conveyor/report/progress.hpp: an optional live progress line for long runs.
 //
 //   conveyor::metrics::progress_line progress{[&] { return pipe.report(); }};  // starts
 //   pipe.wait();
@@ -29,9 +29,9 @@
 #include <thread>
 #include <utility>
 
-#include "conveyor/config.hpp"
-#include "conveyor/metrics/report.hpp"
-#include "conveyor/metrics/verdict.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/report/report.hpp"
+#include "conveyor/report/verdict.hpp"
 
 namespace conveyor::metrics {
 

@@ -1,4 +1,4 @@
-// conveyor/stage/concepts.hpp: composing stages with `|`, checked at compile time.
+// conveyor/stage/chain.hpp: composing stages with `|`, checked at compile time.
 //
 //   auto chain = conveyor::source(read) | conveyor::map(decode) | conveyor::sink(write);
 //

@@ -1,4 +1,4 @@
-// conveyor/detail/first_error.hpp: keeps the first exception thrown on any thread.
+// conveyor/base/first_error.hpp: keeps the first exception thrown on any thread.
 //
 //   detail::first_error err;
 //   try { work(); } catch (...) { if (err.capture(std::current_exception())) stop_all(); }

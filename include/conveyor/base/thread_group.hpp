@@ -1,4 +1,4 @@
-// conveyor/detail/thread_group.hpp: threads that are always joined.
+// conveyor/base/thread_group.hpp: threads that are always joined.
 //
 //   detail::thread_group threads;
 //   threads.spawn([&] { work(); });    // a throw inside is the caller's job to catch

@@ -1,8 +1,8 @@
-// conveyor/metrics/clock.hpp: the one clock every conveyor measurement uses.
+// conveyor/base/clock.hpp: the one clock every conveyor measurement uses.
 //
-//   const std::int64_t t0 = conveyor::metrics::now_ns();
+//   const std::int64_t t0 = conveyor::now_ns();
 //   work();
-//   stats.worker(i).add_busy(conveyor::metrics::now_ns() - t0);
+//   stats.worker(i).add_busy(conveyor::now_ns() - t0);
 //
 // steady_clock (monotonic, CLOCK_MONOTONIC on Linux, a vDSO call of ~20 ns) in signed
 // 64-bit nanoseconds: differences are plain subtractions and stay exact for 292 years.
@@ -29,7 +29,7 @@
 #include <time.h>
 #endif
 
-namespace conveyor::metrics {
+namespace conveyor {
 
 // Nanoseconds on the steady clock since an unspecified epoch (typically boot).
 inline std::int64_t now_ns() noexcept {
@@ -97,4 +97,4 @@ inline std::size_t usable_cpus() {
   return n == 0 ? 1 : n;
 }
 
-}  // namespace conveyor::metrics
+}  // namespace conveyor

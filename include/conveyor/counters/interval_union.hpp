@@ -1,4 +1,4 @@
-// conveyor/metrics/interval_union.hpp: total length of a union of time intervals that
+// conveyor/counters/interval_union.hpp: total length of a union of time intervals that
 // arrive almost, but not exactly, in start order, in fixed memory.
 //
 //   metrics::interval_union u{64};                  // window: how far out of order
@@ -7,7 +7,7 @@
 //
 //   metrics::concurrent_interval_union gpu{64};     // the same, fed from many threads
 //   gpu.add(t.compute.start_ns, t.compute.end_ns);  // any thread: lock-free, never waits
-//   double busy = metrics::ns_to_s(gpu.total_ns()); // any thread
+//   double busy = conveyor::ns_to_s(gpu.total_ns()); // any thread
 //
 // Used for the GPU busy fraction: the compute intervals of all lanes, whose union is
 // the time at least one kernel ran. Lanes finish batches roughly in batch order, so the
@@ -48,8 +48,8 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/config.hpp"
-#include "conveyor/metrics/clock.hpp"
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/clock.hpp"
 
 namespace conveyor::metrics {
 

@@ -1,4 +1,4 @@
-// conveyor/detail/placement.hpp: pins a pipeline's stage threads to CPUs by what each
+// conveyor/pipeline/placement.hpp: pins a pipeline's stage threads to CPUs by what each
 // stage costs per item (pipeline_options::placement = by_load), or does so only while
 // they alone fill the cores (automatic, the default).
 //
@@ -74,8 +74,8 @@
 #include <sched.h>
 #endif
 
-#include "conveyor/metrics/clock.hpp"
-#include "conveyor/metrics/stage_stats.hpp"
+#include "conveyor/base/clock.hpp"
+#include "conveyor/counters/stage_stats.hpp"
 #include "conveyor/ring/detail/wait.hpp"  // cpu_relax(): what a wait's spin does
 
 namespace conveyor::detail {
@@ -252,12 +252,12 @@ inline double spin_round_ns() {
     constexpr int rounds = 2000;
     double best = 1e9;
     for (int run = 0; run < 5; ++run) {
-      const std::int64_t from = metrics::now_ns();
+      const std::int64_t from = conveyor::now_ns();
       for (int i = 0; i < rounds; ++i) {
         if (word.load(std::memory_order_relaxed) == 1) break;  // never: the spin's re-check
         cpu_relax();
       }
-      best = std::min(best, static_cast<double>(metrics::now_ns() - from) / rounds);
+      best = std::min(best, static_cast<double>(conveyor::now_ns() - from) / rounds);
     }
     return best;
   }();
@@ -486,15 +486,15 @@ class load_placer {
               listener on_round = {})
       : workers_(workers),
         period_(period),
-        cpus_(metrics::allowed_cpus()),
+        cpus_(conveyor::allowed_cpus()),
         policy_(policy),
         override_(std::move(override_shares)),
         on_round_(std::move(on_round)) {
     if (cpus_.size() < 2) return;
     if (policy_ == pin_policy::automatic) {
       last_ticks_ = read_cpu_ticks(cpus_);
-      last_wall_ns_ = metrics::now_ns();
-      last_process_ns_ = metrics::process_cpu_ns();
+      last_wall_ns_ = conveyor::now_ns();
+      last_process_ns_ = conveyor::process_cpu_ns();
     }
     thread_ = std::thread([this] { loop(); });
   }
@@ -566,8 +566,8 @@ class load_placer {
   // The shares of the allowed cores since the last round; own_ns: the stage threads'
   // CPU time in it.
   core_shares measure(std::int64_t own_ns) {
-    const std::int64_t wall = metrics::now_ns();
-    const std::int64_t process = metrics::process_cpu_ns();
+    const std::int64_t wall = conveyor::now_ns();
+    const std::int64_t process = conveyor::process_cpu_ns();
     const std::optional<cpu_ticks> ticks = read_cpu_ticks(cpus_);
     const double capacity =
         static_cast<double>(std::max<std::int64_t>(wall - last_wall_ns_, 1)) *
@@ -636,7 +636,7 @@ class load_placer {
     std::vector<thread_spot> spots;
     std::int64_t own_ns = 0;  // the stage threads' CPU time since the last round
     for (const auto& w : live) {
-      const look current{metrics::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items,
+      const look current{conveyor::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items,
                          w.stage->worker(w.worker).spin_rounds()};
       const auto before = std::find_if(seen_.begin(), seen_.end(), [&](const seen& s) {
         return pthread_equal(s.thread, w.thread) != 0;

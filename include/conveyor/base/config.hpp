@@ -1,4 +1,4 @@
-// conveyor/config.hpp: build-wide constants and the CONVEYOR_EXPECTS configuration check.
+// conveyor/base/config.hpp: build-wide constants and the CONVEYOR_EXPECTS configuration check.
 //
 //   CONVEYOR_EXPECTS(workers > 0, "map stage: workers must be >= 1; pass .workers(1) or more");
 //   alignas(conveyor::cache_line_size) std::atomic<std::size_t> index;
@@ -9,7 +9,7 @@
 
 #include <cstddef>
 
-#include "conveyor/error.hpp"
+#include "conveyor/base/error.hpp"
 
 #ifndef CONVEYOR_HAS_CUDA
 #define CONVEYOR_HAS_CUDA 0

@@ -1,4 +1,4 @@
-// conveyor/outcome.hpp: what a service pipeline hands the callback of submit(x, done):
+// conveyor/base/outcome.hpp: what a service pipeline hands the callback of submit(x, done):
 // the item's result, or the reason there is none.
 //
 //   svc.submit(request, [&out](conveyor::outcome<label> r) noexcept {

@@ -1,4 +1,4 @@
-// conveyor/metrics/verdict.hpp: names the bottleneck of a run and the knob to turn.
+// conveyor/report/verdict.hpp: names the bottleneck of a run and the knob to turn.
 //
 //   conveyor::report r = ...;                           // filled from the counters
 //   conveyor::metrics::complete_report(r);              // throughput + r.verdict
@@ -74,7 +74,7 @@
 #include <string>
 #include <vector>
 
-#include "conveyor/metrics/report.hpp"
+#include "conveyor/report/report.hpp"
 
 namespace conveyor::metrics {
 
