@@ -1,4 +1,4 @@
-# The examples built on the example model (src/): the CPU reference model everywhere,
+# The examples built on the example model (src/models/): the CPU reference model everywhere,
 # the cuBLAS one too when CUDA is built (they pick the runtime when they start).
 foreach(name IN ITEMS mlp_inference online_serving)
   conveyor_example(${name} ${name}.cpp)

@@ -1,4 +1,4 @@
-# The example model's tests (src/): the CPU references and the host-runtime model run
+# The example model's tests (src/models/): the CPU references and the host-runtime model run
 # everywhere; the GPU kernels and the cuBLAS MLP join the gpu_tests binary when CUDA is built.
 conveyor_host_test(test_models_reference host/test_models_reference.cpp)
 target_link_libraries(test_models_reference PRIVATE conveyor_models_ref)
