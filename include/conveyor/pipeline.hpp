@@ -70,7 +70,9 @@
 #include "conveyor/ring/detail/storage.hpp"
 #include "conveyor/stage/batch.hpp"
 #include "conveyor/stage/chain.hpp"
-#include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/detail/control.hpp"
+#include "conveyor/stage/detail/envelope.hpp"
+#include "conveyor/stage/detail/link.hpp"
 #include "conveyor/stage/gpu.hpp"
 #include "conveyor/stage/map.hpp"
 #include "conveyor/stage/sink.hpp"
@@ -321,9 +323,9 @@ class pipeline<chain<Bound...>> {
   void start() {
     if (state_->started) throw closed_error("conveyor::pipeline: start() called twice");
     state_->started = true;
-    state_->start_ns = detail::now_ns();  // a placeholder should spawning throw
+    state_->start_ns = now_ns();  // a placeholder should spawning throw
     start_nodes(std::make_index_sequence<n_stages>{});  // the threads wait at the gate
-    state_->start_ns = detail::now_ns();
+    state_->start_ns = now_ns();
     state_->start_cpu_ns = conveyor::process_cpu_ns();
     state_->ctl.open_gate();
     if (state_->options.placement != thread_placement::os)
@@ -495,7 +497,7 @@ class pipeline<chain<Bound...>> {
   // The report from the counters; see report(). Runs on the progress thread too.
   static conveyor::report make_report(const state& st) {
     conveyor::report r;
-    const std::int64_t end = st.joined ? st.end_ns : detail::now_ns();
+    const std::int64_t end = st.joined ? st.end_ns : now_ns();
     r.wall_s = st.started ? conveyor::ns_to_s(end - st.start_ns) : 0.0;
     const auto& c = st.ctl;
     // relaxed: counters; after join they are exact, before it a recent snapshot.
@@ -643,7 +645,7 @@ class pipeline<chain<Bound...>> {
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})),
           free_tickets(service ? detail::next_power_of_two(ticket_count(c)) : 2),
           tickets(service ? ticket_count(c) : 0) {
-      if (o.placement != thread_placement::os) ctl.placed = &placed;
+      if (o.placement != thread_placement::os) ctl.workers = &placed;
       register_closers(std::make_index_sequence<n_rings>{});
       collect_infos(std::make_index_sequence<n_stages>{});
       if constexpr (service) {
@@ -848,7 +850,7 @@ class pipeline<chain<Bound...>> {
       arm(slot);
       // The item's id is its ticket; its number and entry time go with the ticket.
       st.ctl.enter_ticket(ticket, st.next_seq.fetch_add(1, std::memory_order_relaxed),
-                          st.ctl.metrics_on ? detail::now_ns() : 0);
+                          st.ctl.metrics_on ? now_ns() : 0);
       e.emplace(detail::envelope<input_type>{std::move(x), {ticket}, {}});
     } catch (...) {
       slot.done = nullptr;
@@ -883,7 +885,7 @@ class pipeline<chain<Bound...>> {
     // Before joined/end_ns change: the progress thread reads them through make_report().
     if (st.progress) st.progress->stop();
     st.joined = true;
-    st.end_ns = detail::now_ns();
+    st.end_ns = now_ns();
     st.end_cpu_ns = conveyor::process_cpu_ns();
     after_join(std::make_index_sequence<n_stages>{});
     drain_rings(std::make_index_sequence<n_rings>{});

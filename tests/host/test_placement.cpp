@@ -271,7 +271,7 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
   for (std::size_t i = 0; i < 3; ++i)
     workers.emplace_back([&, i] {
       handles[i] = pthread_self();
-      const detail::placement_entry entry{&registry, stages[i], 0};
+      const detail::registered_worker entry{&registry, stages[i], 0};
       registered.fetch_add(1);
       while (!stop.load()) {
         test::burn_thread_cpu(std::chrono::microseconds(50 * (i + 1)));
@@ -370,7 +370,7 @@ TEST_CASE("load_placer: after each round the listener sees where the stages run,
   for (std::size_t i = 0; i < at.size(); ++i)
     workers.emplace_back([&, i] {
       handles[i] = pthread_self();
-      const detail::placement_entry entry{&registry, stages[at[i].stage], at[i].worker};
+      const detail::registered_worker entry{&registry, stages[at[i].stage], at[i].worker};
       registered.fetch_add(1);
       while (!stop.load()) {
         test::burn_thread_cpu(std::chrono::microseconds(20));

@@ -4,9 +4,6 @@
 //   threads.spawn([&] { work(); });    // a throw inside is the caller's job to catch
 //   threads.join();                    // also done by the destructor
 //
-// Each thread may put off the wake-ups of the rings it feeds while it runs (see
-// detail::wake_batching): the group is joined before those rings are destroyed.
-//
 // Thread-safety: spawn() and join() from one owning thread.
 #pragma once
 
@@ -15,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/ring/detail/wait.hpp"
 
 namespace conveyor::detail {
 
@@ -28,10 +24,7 @@ class thread_group {
 
   template <class F>
   void spawn(F&& f) {
-    threads_.emplace_back([f = std::decay_t<F>(std::forward<F>(f))]() mutable {
-      wake_batching batching;
-      f();
-    });
+    threads_.emplace_back(std::forward<F>(f));
   }
 
   void join() noexcept {

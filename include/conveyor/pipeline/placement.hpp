@@ -76,7 +76,8 @@
 
 #include "conveyor/base/clock.hpp"
 #include "conveyor/counters/stage_stats.hpp"
-#include "conveyor/ring/detail/wait.hpp"  // cpu_relax(): what a wait's spin does
+#include "conveyor/stage/detail/worker_registry.hpp"
+#include "conveyor/base/cpu_relax.hpp"
 
 namespace conveyor::detail {
 
@@ -402,7 +403,7 @@ inline std::optional<cpu_ticks> read_cpu_ticks(const std::vector<int>& cpus) {
 // counters. A worker adds itself when it starts and removes itself before its thread
 // ends, so a handle in here always names a live thread: the placer never reads the clock
 // of, or pins, a thread that has gone (whose kernel id may already belong to another).
-class thread_registry {
+class thread_registry final : public worker_registry {
  public:
   struct entry {
     pthread_t thread;
@@ -425,7 +426,7 @@ class thread_registry {
 
   // Adds the calling thread, worker `worker` of `stage`. false: not added (no CPU clock,
   // out of memory); the worker then runs where the OS puts it.
-  bool add(const metrics::stage_stats& stage, std::size_t worker) noexcept {
+  bool enter(const metrics::stage_stats& stage, std::size_t worker) noexcept override {
     entry e{pthread_self(), {}, &stage, worker};
     if (pthread_getcpuclockid(e.thread, &e.cpu_clock) != 0) return false;
     try {
@@ -436,7 +437,9 @@ class thread_registry {
       return false;
     }
   }
-  void remove(pthread_t t) noexcept {
+  // Removes the calling thread.
+  void leave() noexcept override {
+    const pthread_t t = pthread_self();
     const std::lock_guard lock{mutex_};
     std::erase_if(live_, [&](const entry& e) { return pthread_equal(e.thread, t) != 0; });
   }
@@ -452,23 +455,6 @@ class thread_registry {
   std::mutex mutex_;
   std::vector<entry> live_;
   std::vector<const metrics::stage_stats*> chain_;
-};
-
-// A stage worker's membership in the registry, for as long as it runs: construct it on
-// the worker's thread (registry null: placement is off, nothing happens).
-class placement_entry {
- public:
-  placement_entry(thread_registry* registry, const metrics::stage_stats& stage,
-                  std::size_t worker) noexcept
-      : registry_(registry != nullptr && registry->add(stage, worker) ? registry : nullptr) {}
-  ~placement_entry() {
-    if (registry_ != nullptr) registry_->remove(pthread_self());
-  }
-  placement_entry(const placement_entry&) = delete;
-  placement_entry& operator=(const placement_entry&) = delete;
-
- private:
-  thread_registry* registry_;
 };
 
 class load_placer {
@@ -708,13 +694,11 @@ class load_placer {
 #else
 
 // Elsewhere nothing is pinned: the OS places the threads.
-class thread_registry {
+class thread_registry final : public worker_registry {
  public:
   void set_chain(std::vector<const metrics::stage_stats*>) {}
-};
-class placement_entry {
- public:
-  placement_entry(thread_registry*, const metrics::stage_stats&, std::size_t) noexcept {}
+  bool enter(const metrics::stage_stats&, std::size_t) noexcept override { return false; }
+  void leave() noexcept override {}
 };
 class load_placer {
  public:

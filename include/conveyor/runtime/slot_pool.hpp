@@ -31,7 +31,7 @@
 #include <string>
 
 #include "conveyor/base/config.hpp"
-#include "conveyor/ring/detail/storage.hpp"
+#include "conveyor/base/power_of_two.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/runtime/concepts.hpp"
 #include "conveyor/runtime/event_timing.hpp"

@@ -23,7 +23,10 @@
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/thread_group.hpp"
 #include "conveyor/counters/batch_stats.hpp"
-#include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/detail/control.hpp"
+#include "conveyor/stage/detail/envelope.hpp"
+#include "conveyor/stage/detail/link.hpp"
+#include "conveyor/stage/detail/worker_probe.hpp"
 
 namespace conveyor {
 
@@ -101,7 +104,7 @@ class batch_node {
   std::size_t max_size() const noexcept { return stage_.max_size(); }
 
   void start(thread_group& threads) {
-    threads.spawn([this] { run(); });
+    spawn_stage_thread(threads, [this] { run(); });
   }
 
  private:
@@ -195,7 +198,7 @@ class unbatch_node {
   stage_info info() { return {stage_.name(), stage_kind::unbatch, in_->capacity(), &stats_}; }
 
   void start(thread_group& threads) {
-    threads.spawn([this] { run(); });
+    spawn_stage_thread(threads, [this] { run(); });
   }
 
  private:

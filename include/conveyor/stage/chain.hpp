@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "conveyor/stage/source.hpp"
+#include "conveyor/stage/concepts.hpp"
 
 namespace conveyor {
 
@@ -45,22 +45,15 @@ struct chain {
 
 namespace detail {
 
-template <class T>
-struct is_head : std::false_type {};
-template <class F>
-struct is_head<source_stage<F>> : std::true_type {};
-template <class T>
-struct is_head<input_stage<T>> : std::true_type {};
-
 template <class Out, class Next>
 constexpr bool check_connection() {
   static_assert(!std::is_void_v<Out>,
                 "conveyor: nothing can follow a sink: it produces no output (Out is void)");
   if constexpr (!std::is_void_v<Out>) {
-    static_assert(Next::template accepts<Out>,
+    static_assert(stage_for<Next, Out>,
                   "conveyor: stage type mismatch: the next stage (Next) cannot take what the "
                   "previous stage produces (Out); change one of them so they agree");
-    return Next::template accepts<Out>;
+    return stage_for<Next, Out>;
   } else {
     return false;
   }
@@ -70,7 +63,7 @@ constexpr bool check_connection() {
 
 // head | stage
 template <class Head, class Next>
-  requires detail::is_head<std::decay_t<Head>>::value && (!detail::is_head<std::decay_t<Next>>::value)
+  requires head_stage<std::decay_t<Head>> && (!head_stage<std::decay_t<Next>>)
 auto operator|(Head&& head, Next&& next) {
   using h = bound_stage<std::decay_t<Head>, void>;
   return chain<h>{std::tuple<h>{h{std::forward<Head>(head)}}} | std::forward<Next>(next);
@@ -78,7 +71,7 @@ auto operator|(Head&& head, Next&& next) {
 
 // chain | stage
 template <class... Bound, class Next>
-  requires (!detail::is_head<std::decay_t<Next>>::value)
+  requires(!head_stage<std::decay_t<Next>>)
 auto operator|(chain<Bound...>&& c, Next&& next) {
   using out = typename chain<Bound...>::out_type;
   using stage = std::decay_t<Next>;

@@ -44,8 +44,11 @@
 #include "conveyor/runtime/concepts.hpp"
 #include "conveyor/runtime/event_timing.hpp"
 #include "conveyor/runtime/slot_pool.hpp"
-#include "conveyor/stage/detail/context.hpp"
-#include "conveyor/stage/map.hpp"
+#include "conveyor/stage/detail/control.hpp"
+#include "conveyor/stage/detail/envelope.hpp"
+#include "conveyor/stage/detail/link.hpp"
+#include "conveyor/stage/detail/worker_probe.hpp"
+#include "conveyor/stage/detail/reorder_buffer.hpp"
 
 namespace conveyor {
 
@@ -180,8 +183,8 @@ class gpu_node {
     live_.store(lanes_.size(), std::memory_order_relaxed);  // relaxed: before spawn
     for (std::size_t l = 0; l < lanes_.size(); ++l) {
       anchor(*lanes_[l]);
-      threads.spawn([this, l] { enqueue_loop(l); });
-      threads.spawn([this, l] { complete_loop(l); });
+      spawn_stage_thread(threads, [this, l] { enqueue_loop(l); });
+      spawn_stage_thread(threads, [this, l] { complete_loop(l); });
     }
   }
 

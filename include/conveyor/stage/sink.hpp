@@ -18,8 +18,11 @@
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/thread_group.hpp"
 #include "conveyor/counters/nvtx.hpp"
-#include "conveyor/stage/detail/context.hpp"
-#include "conveyor/stage/map.hpp"
+#include "conveyor/stage/detail/control.hpp"
+#include "conveyor/stage/detail/envelope.hpp"
+#include "conveyor/stage/detail/link.hpp"
+#include "conveyor/stage/detail/worker_probe.hpp"
+#include "conveyor/stage/detail/reorder_buffer.hpp"
 
 namespace conveyor {
 
@@ -77,7 +80,7 @@ class terminal_node {
   Deliver& deliver() noexcept { return deliver_; }
 
   void start(thread_group& threads) {
-    for (std::size_t w = 0; w < stats_.workers(); ++w) threads.spawn([this, w] { run(w); });
+    for (std::size_t w = 0; w < stats_.workers(); ++w) spawn_stage_thread(threads, [this, w] { run(w); });
   }
 
  private:

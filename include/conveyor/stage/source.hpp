@@ -22,7 +22,10 @@
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/thread_group.hpp"
 #include "conveyor/counters/nvtx.hpp"
-#include "conveyor/stage/detail/context.hpp"
+#include "conveyor/stage/detail/control.hpp"
+#include "conveyor/stage/detail/envelope.hpp"
+#include "conveyor/stage/detail/link.hpp"
+#include "conveyor/stage/detail/worker_probe.hpp"
 
 namespace conveyor {
 
@@ -41,6 +44,7 @@ class source_stage {
 
  public:
   using out_type = typename std::invoke_result_t<F&>::value_type;
+  static constexpr bool starts_chain = true;  // see stage/concepts.hpp
 
   explicit source_stage(F fn) : fn_(std::move(fn)) {}
   source_stage& name(std::string n) & { name_ = std::move(n); return *this; }
@@ -82,6 +86,7 @@ template <class T>
 class input_stage {
  public:
   using out_type = T;
+  static constexpr bool starts_chain = true;  // see stage/concepts.hpp
   input_stage& capacity(std::size_t n) & { capacity_ = n; return *this; }
   input_stage&& capacity(std::size_t n) && { capacity_ = n; return std::move(*this); }
   std::size_t capacity() const noexcept { return capacity_; }
@@ -111,7 +116,7 @@ class source_node {
   stage_info info() { return {stage_.name(), stage_kind::source, 0, &stats_}; }
 
   void start(thread_group& threads) {
-    threads.spawn([this] { run(); });
+    spawn_stage_thread(threads, [this] { run(); });
   }
 
  private:

@@ -7,22 +7,12 @@
 #include <string>
 
 #include "conveyor/base/config.hpp"
+#include "conveyor/base/power_of_two.hpp"
 
 namespace conveyor::detail {
 
-// Largest capacity a ring accepts: far above any sane in-flight bound, low enough that
-// a typo (a byte count, -1 cast to size_t) fails loudly instead of allocating the host.
-inline constexpr std::size_t max_ring_capacity = std::size_t{1} << 30;
-
-inline std::size_t next_power_of_two(std::size_t n) noexcept {
-  std::size_t p = 2;
-  while (p < n && p < max_ring_capacity) p <<= 1;
-  return p;
-}
-
 inline void check_ring_capacity(const char* ring, std::size_t capacity) {
-  CONVEYOR_EXPECTS(capacity >= 2 && capacity <= max_ring_capacity &&
-                       (capacity & (capacity - 1)) == 0,
+  CONVEYOR_EXPECTS(capacity >= 2 && capacity <= max_ring_capacity && is_power_of_two(capacity),
                    std::string(ring) + ": capacity must be a power of two in [2, 2^30], got " +
                        std::to_string(capacity) + "; pass " +
                        std::to_string(next_power_of_two(capacity)) + " instead");

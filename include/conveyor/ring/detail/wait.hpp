@@ -44,6 +44,7 @@
 #endif
 
 #include "conveyor/base/config.hpp"
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/base/clock.hpp"  // a leaf: the process's CPU time
 
 namespace conveyor::detail {
@@ -79,14 +80,6 @@ inline bool use_asymmetric_barrier() noexcept {
 inline void heavy_barrier() noexcept {
 #if defined(__linux__) && defined(SYS_membarrier)
   ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
-#endif
-}
-
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
 #endif
 }
 

@@ -69,9 +69,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "conveyor/base/thread_group.hpp"
 #include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
+#include "conveyor/stage/detail/envelope.hpp"
 
 namespace conveyor::detail {
 
@@ -551,5 +553,21 @@ class ring_port {
   ring_link<T>* l_;
   std::size_t i_;
 };
+
+// The ring between two stages.
+template <class T>
+using link = ring_link<envelope<T>>;
+
+// Starts f on a new thread of `threads` (a stage's worker) that may put off the wake-ups
+// of the links it pushes to and pops from (wait_point's batched wakes, under load from
+// other processes): the links outlive the thread, and the thread wakes what it put off
+// before it ends.
+template <class F>
+void spawn_stage_thread(thread_group& threads, F&& f) {
+  threads.spawn([f = std::decay_t<F>(std::forward<F>(f))]() mutable {
+    wake_batching batching;
+    f();
+  });
+}
 
 }  // namespace conveyor::detail

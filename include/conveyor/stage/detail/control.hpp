@@ -1,0 +1,227 @@
+// conveyor/stage/detail/control.hpp: what every stage of one running pipeline shares: the
+// stop signal and first error, the start gate, item accounting, the trace, and what each
+// item's id stands for.
+//
+//   detail::control ctl{/*metrics=*/true, /*trace_events=*/4096};   // one per pipeline
+//   ctl.on_stop([&] { ring.close(); });           // setup: what a stop must wake
+//   ctl.await_gate();                             // each stage thread, before its loop
+//   try { f(x); } catch (...) { ctl.fail_current("decode", meta, 1); }  // stops everything
+//   if (ctl.is_stopping()) ...
+//
+// Thread-safety: the atomics and fail_current()/stop()/cancel() from any thread; on_stop(),
+// make_track(), use_tickets() and count_completions_of() during setup only (before any
+// stage thread runs).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/error.hpp"
+#include "conveyor/base/first_error.hpp"
+#include "conveyor/counters/batch_stats.hpp"
+#include "conveyor/counters/lane_stats.hpp"
+#include "conveyor/counters/stage_stats.hpp"
+#include "conveyor/counters/trace.hpp"
+#include "conveyor/stage/detail/envelope.hpp"
+#include "conveyor/stage/detail/latency_samples.hpp"
+#include "conveyor/stage/detail/worker_registry.hpp"
+
+namespace conveyor::detail {
+
+using metrics::stage_kind;
+
+// What a running stage tells the report: its identity and its counters.
+struct stage_info {
+  stage_info(std::string n, stage_kind k, std::size_t capacity, const metrics::stage_stats* s)
+      : name(std::move(n)), kind(k), input_capacity(capacity), stats(s) {}
+
+  std::string name;
+  stage_kind kind = stage_kind::map;
+  std::size_t input_capacity = 0;  // 0: no input ring (a source)
+  const metrics::stage_stats* stats = nullptr;
+  metrics::gpu_stats* gpu = nullptr;                // the GPU segment's lanes
+  const metrics::batch_stats* batches = nullptr;    // a batch stage's fill
+  std::string_view runtime;                         // the GPU segment's runtime name
+};
+
+// Shared by every stage of one pipeline run.
+class control {
+ public:
+  // metrics: stages read the clock and keep busy / starved / blocked time, occupancy,
+  // latency and lane timings (false: only item counts). trace_events: events kept per
+  // trace track; 0 = no trace (needs metrics). @throws config_error on a bad combination.
+  explicit control(bool measure = true, std::size_t trace_events = 0)
+      : metrics_on(measure),
+        trace(trace_events == 0 ? nullptr : make_trace(measure, trace_events)) {}
+
+  const bool metrics_on;
+  const std::unique_ptr<metrics::trace_buffer> trace;  // null: tracing off
+
+  // Setup only: a new trace track, or nullptr when tracing is off.
+  metrics::trace_track* make_track(std::string name) {
+    return trace ? &trace->add_track(std::move(name)) : nullptr;
+  }
+
+  // Setup only: where stage workers register while they run (the pipeline's placer);
+  // null: nobody asks.
+  worker_registry* workers = nullptr;
+
+  // What an item's id stands for (see item_meta). A service pipeline (submit()) has one
+  // entry per ticket, written by submit() before the item enters the first ring and
+  // read by the stage threads that pop it (the rings' release/acquire hops order the
+  // two), rewritten only once the ticket has come back (after the result was delivered,
+  // or after every thread has joined). A source pipeline has none.
+  struct ticket_entry {
+    std::uint64_t seq = 0;
+    std::int64_t t0_ns = 0;  // 0: not timed (metrics off)
+  };
+  // Setup only: makes this a service pipeline's control, with `tickets` tickets.
+  void use_tickets(std::size_t tickets) { tickets_.resize(tickets); }
+  // submit() only, before the item enters: what ticket `ticket`'s item is.
+  void enter_ticket(std::uint32_t ticket, std::uint64_t seq, std::int64_t t0_ns) noexcept {
+    tickets_[ticket] = {seq, t0_ns};
+  }
+  // The item's sequence number (for errors: "item N").
+  std::uint64_t seq_of(const item_meta& m) const noexcept {
+    return tickets_.empty() ? m.id : tickets_[m.id].seq;
+  }
+  // When the item entered the pipeline (0: not timed) and how many items its latency
+  // stands for. A service item's entry is its ticket's, which delivering its result
+  // frees for the next submit(): ask before delivering it.
+  struct entry_time {
+    std::int64_t t0_ns = 0;
+    std::uint32_t weight = 0;
+  };
+  // A service pipeline's: every item has a ticket, and each one is timed (with metrics).
+  bool has_tickets() const noexcept { return !tickets_.empty(); }
+  entry_time entered(const item_meta& m) const noexcept {
+    if (!tickets_.empty()) return {tickets_[m.id].t0_ns, 1};
+    const std::uint32_t weight = latency_sample_weight(m.id);
+    if (weight == 0) return {};
+    return {samples_.take(m.id), weight};
+  }
+  // The source thread only: item seq, a timed one, entered at t0_ns.
+  void sampled(std::uint64_t seq, std::int64_t t0_ns) noexcept { samples_.put(seq, t0_ns); }
+
+  std::atomic<bool> stopping{false};     // cancel or failure: stop taking new work
+  std::atomic<bool> stop_source{false};  // drain: the source ends as if its input did
+  first_error error;
+
+  // Item accounting, without a locked instruction per item on the hot path (it would
+  // drain the writer's store buffer behind the ring slots it just wrote): produced has
+  // one writer, the source thread (count_produced(); submit() callers, who may be many,
+  // use fetch_add: a pipeline has a source or an input, never both); completed is
+  // counted by the terminal stage's workers, each in its own counter slot (the stage's
+  // item counts; completed() sums them). failed and cancelled change once per failure or
+  // stop, so fetch_add is fine there.
+  alignas(cache_line_size) std::atomic<std::uint64_t> produced{0};
+  alignas(cache_line_size) std::atomic<std::uint64_t> failed{0};
+  std::atomic<std::uint64_t> cancelled{0};
+
+  // Source thread only: one more item produced.
+  void count_produced() noexcept {
+    // relaxed: a counter read after join (exact) or as a snapshot; one writer, so a plain
+    // load and store cannot lose an increment.
+    produced.store(produced.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  // Setup only (before any stage thread runs): the stage whose items are the completed
+  // ones. Each of its workers counts into its own slot after a successful delivery.
+  void count_completions_of(const metrics::stage_stats& terminal) noexcept {
+    completions_ = &terminal;
+  }
+  // Any thread: items delivered by the terminal stage; exact after join.
+  std::uint64_t completed() const noexcept {
+    return completions_ ? completions_->items() : 0;
+  }
+
+  // Registered at construction (before any thread runs): closes a ring, cancels a pool.
+  void on_stop(std::function<void()> closer) { closers_.push_back(std::move(closer)); }
+
+  // Stop taking work and wake every blocked thread. Idempotent.
+  void stop() noexcept {
+    // release: pairs with the acquire loads in is_stopping(); stages that see the flag
+    // also see the failure recorded before it.
+    if (stopping.exchange(true, std::memory_order_acq_rel)) return;
+    for (auto& close : closers_) close();
+    open_gate();  // a start() that failed half-way left threads at the gate
+  }
+
+  // The start gate: every stage thread waits here until the pipeline has spawned all of
+  // them, so the run's wall clock and every worker's phase clock start together, after
+  // the spawning (milliseconds per thread under sanitizers) rather than during it.
+  void open_gate() noexcept {
+    // release: pairs with the acquire in await_gate(); what start() wrote before opening
+    // (the run's start time) is visible to the stage threads.
+    gate_.store(true, std::memory_order_release);
+    gate_.notify_all();
+  }
+  // @note blocks the calling stage thread until open_gate().
+  void await_gate() const noexcept { gate_.wait(false, std::memory_order_acquire); }
+  bool is_stopping() const noexcept { return stopping.load(std::memory_order_acquire); }
+
+  // Call from inside a catch block: records the exception being handled, wrapped in a
+  // stage_error naming the stage and the item, as the run's error if it is the first,
+  // and stops everything. `items` were lost with it and count as failed.
+  void fail_current(const std::string& stage, std::uint64_t item, std::uint64_t items) noexcept {
+    failed.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
+    try {
+      throw stage_error(stage, item, describe(std::current_exception()));
+    } catch (...) {
+      error.capture(std::current_exception());
+    }
+    stop();
+  }
+  // As above, for the item (or the batch: its first item) whose meta is `item`.
+  void fail_current(const std::string& stage, const item_meta& item, std::uint64_t items) noexcept {
+    fail_current(stage, seq_of(item), items);
+  }
+
+  void cancel(std::uint64_t items) noexcept {
+    cancelled.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
+  }
+
+ private:
+  static std::unique_ptr<metrics::trace_buffer> make_trace(bool measure, std::size_t events) {
+    CONVEYOR_EXPECTS(measure, "pipeline_options: trace_events needs metrics = true (the trace "
+                              "is drawn from the same clock reads); set trace_events = 0 or "
+                              "turn metrics on");
+    return std::make_unique<metrics::trace_buffer>(events);
+  }
+
+  static std::string describe(std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      return ex.what();
+    } catch (...) {
+      return "unknown exception";
+    }
+  }
+
+  std::vector<std::function<void()>> closers_;
+  const metrics::stage_stats* completions_ = nullptr;
+  std::vector<ticket_entry> tickets_;  // a service pipeline's; empty: a source's
+  latency_samples samples_;            // a source pipeline's timed items
+  std::atomic<bool> gate_{false};
+};
+
+// The most workers a stage takes.
+inline constexpr std::size_t max_workers = 1024;
+
+// @throws config_error unless a stage's worker count is in [1, max_workers].
+inline void check_workers(const std::string& stage, std::size_t n) {
+  CONVEYOR_EXPECTS(n >= 1 && n <= max_workers,
+                   "stage '" + stage + "': workers must be in [1, 1024], got " +
+                       std::to_string(n) + "; pass .workers(1) or more (usually <= cores)");
+}
+
+}  // namespace conveyor::detail
