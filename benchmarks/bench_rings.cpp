@@ -57,6 +57,7 @@
 #include <readerwriterqueue/readerwritercircularbuffer.h>
 #include <readerwriterqueue/readerwriterqueue.h>
 
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/base/config.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"

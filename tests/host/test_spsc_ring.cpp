@@ -1,5 +1,6 @@
 // spsc_ring: single-thread semantics, lifetimes, close/drain, wake-ups, a 10M-item
 // in-order stress test and the consumer's view of the size.
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 
 #include <catch2/catch.hpp>

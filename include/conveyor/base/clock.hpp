@@ -15,18 +15,18 @@
 // process, of the calling thread, of any thread by its clock id) and the CPUs the
 // process may run on (allowed_cpus, usable_cpus).
 //
+// now_ns() is inline (it is read on hot paths); the CPU clocks and CPU sets are system
+// calls, compiled once in the library (src/conveyor/clock.cpp).
 // Thread-safety: any thread.
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #if defined(__linux__)
-#include <sched.h>
-#include <time.h>
+#include <time.h>  // clockid_t
 #endif
 
 namespace conveyor {
@@ -51,50 +51,20 @@ inline constexpr double ns_to_s(std::int64_t ns) noexcept { return static_cast<d
 // CPU time on a CPU-time clock (CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID, or
 // another thread's from pthread_getcpuclockid), in nanoseconds; 0 if it cannot be read.
 // A system call (~0.2-1 us): read it per run, per report or per plan, not per item.
-inline std::int64_t cpu_clock_ns(clockid_t clock) noexcept {
-  timespec ts{};
-  if (::clock_gettime(clock, &ts) != 0) return 0;
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
+std::int64_t cpu_clock_ns(clockid_t clock) noexcept;
 #endif
 
 // CPU time used by every thread of this process so far; 0 where there is no such clock.
-inline std::int64_t process_cpu_ns() noexcept {
-#if defined(__linux__)
-  return cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-#else
-  return 0;
-#endif
-}
+std::int64_t process_cpu_ns() noexcept;
 
 // CPU time used by the calling thread so far; 0 where there is no such clock.
-inline std::int64_t thread_cpu_ns() noexcept {
-#if defined(__linux__)
-  return cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-#else
-  return 0;
-#endif
-}
+std::int64_t thread_cpu_ns() noexcept;
 
 // The CPUs the calling thread may run on (its affinity mask: a container's cpuset or
 // taskset; threads it starts inherit it), in ascending order. Empty where unknown.
-inline std::vector<int> allowed_cpus() {
-  std::vector<int> cpus;
-#if defined(__linux__)
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-#endif
-  return cpus;
-}
+std::vector<int> allowed_cpus();
 
 // How many: allowed_cpus(), else the hardware's thread count; at least 1.
-inline std::size_t usable_cpus() {
-  if (const std::size_t n = allowed_cpus().size(); n != 0) return n;
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : n;
-}
+std::size_t usable_cpus();
 
 }  // namespace conveyor

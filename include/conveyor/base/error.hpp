@@ -96,16 +96,11 @@ class stage_error : public error, public std::nested_exception {
 
 namespace detail {
 
-[[noreturn]] inline void throw_config_error(const char* msg, const char* cond, const char* file,
-                                            int line) {
-  throw config_error(std::string(msg) + " [check '" + cond + "' failed at " + file + ":" +
-                     std::to_string(line) + "]");
-}
-
-[[noreturn]] inline void throw_config_error(const std::string& msg, const char* cond,
-                                            const char* file, int line) {
-  throw_config_error(msg.c_str(), cond, file, line);
-}
+// CONVEYOR_EXPECTS's failure: throws config_error with the message and where the check
+// is (compiled once, in the library: src/conveyor/error.cpp).
+[[noreturn]] void throw_config_error(const char* msg, const char* cond, const char* file, int line);
+[[noreturn]] void throw_config_error(const std::string& msg, const char* cond, const char* file,
+                                     int line);
 
 }  // namespace detail
 }  // namespace conveyor

@@ -4,39 +4,32 @@
 //   threads.spawn([&] { work(); });    // a throw inside is the caller's job to catch
 //   threads.join();                    // also done by the destructor
 //
+// The threads themselves live in the library (src/conveyor/thread_group.cpp): a user's
+// file that includes the pipeline does not compile <thread>.
 // Thread-safety: spawn() and join() from one owning thread.
 #pragma once
 
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
+#include <cstddef>
+#include <functional>
+#include <memory>
 
 namespace conveyor::detail {
 
 class thread_group {
  public:
-  thread_group() = default;
+  thread_group();
   thread_group(const thread_group&) = delete;
   thread_group& operator=(const thread_group&) = delete;
-  ~thread_group() { join(); }
+  ~thread_group();  // joins
 
-  template <class F>
-  void spawn(F&& f) {
-    threads_.emplace_back(std::forward<F>(f));
-  }
-
-  void join() noexcept {
-    for (auto& t : threads_)
-      if (t.joinable()) t.join();
-    threads_.clear();
-  }
-
-  std::size_t size() const noexcept { return threads_.size(); }
+  // Starts f on a new thread. @throws std::system_error when no thread can be started.
+  void spawn(std::function<void()> f);
+  void join() noexcept;
+  std::size_t size() const noexcept;
 
  private:
-  std::vector<std::thread> threads_;
+  struct impl;
+  std::unique_ptr<impl> impl_;
 };
 
 }  // namespace conveyor::detail

@@ -11,12 +11,9 @@
 
 namespace conveyor::detail {
 
-inline void check_ring_capacity(const char* ring, std::size_t capacity) {
-  CONVEYOR_EXPECTS(capacity >= 2 && capacity <= max_ring_capacity && is_power_of_two(capacity),
-                   std::string(ring) + ": capacity must be a power of two in [2, 2^30], got " +
-                       std::to_string(capacity) + "; pass " +
-                       std::to_string(next_power_of_two(capacity)) + " instead");
-}
+// @throws config_error unless capacity is a power of two in [2, max_ring_capacity]; the
+// message names the ring and the capacity to pass instead (src/conveyor/storage.cpp).
+void check_ring_capacity(const char* ring, std::size_t capacity);
 
 // Owns `count` uninitialized objects of type Slot, aligned to a cache line, with one
 // line of padding on each side so neighbours on the heap never share a line with a slot.

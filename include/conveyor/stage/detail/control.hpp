@@ -8,6 +8,8 @@
 //   try { f(x); } catch (...) { ctl.fail_current("decode", meta, 1); }  // stops everything
 //   if (ctl.is_stopping()) ...
 //
+// The members that are not on an item's path are compiled once, in the library
+// (src/conveyor/control.cpp).
 // Thread-safety: the atomics and fail_current()/stop()/cancel() from any thread; on_stop(),
 // make_track(), use_tickets() and count_completions_of() during setup only (before any
 // stage thread runs).
@@ -59,17 +61,16 @@ class control {
   // metrics: stages read the clock and keep busy / starved / blocked time, occupancy,
   // latency and lane timings (false: only item counts). trace_events: events kept per
   // trace track; 0 = no trace (needs metrics). @throws config_error on a bad combination.
-  explicit control(bool measure = true, std::size_t trace_events = 0)
-      : metrics_on(measure),
-        trace(trace_events == 0 ? nullptr : make_trace(measure, trace_events)) {}
+  explicit control(bool measure = true, std::size_t trace_events = 0);
+  ~control();
+  control(const control&) = delete;
+  control& operator=(const control&) = delete;
 
   const bool metrics_on;
   const std::unique_ptr<metrics::trace_buffer> trace;  // null: tracing off
 
   // Setup only: a new trace track, or nullptr when tracing is off.
-  metrics::trace_track* make_track(std::string name) {
-    return trace ? &trace->add_track(std::move(name)) : nullptr;
-  }
+  metrics::trace_track* make_track(std::string name);
 
   // Setup only: where stage workers register while they run (the pipeline's placer);
   // null: nobody asks.
@@ -144,42 +145,23 @@ class control {
   }
 
   // Registered at construction (before any thread runs): closes a ring, cancels a pool.
-  void on_stop(std::function<void()> closer) { closers_.push_back(std::move(closer)); }
+  void on_stop(std::function<void()> closer);
 
   // Stop taking work and wake every blocked thread. Idempotent.
-  void stop() noexcept {
-    // release: pairs with the acquire loads in is_stopping(); stages that see the flag
-    // also see the failure recorded before it.
-    if (stopping.exchange(true, std::memory_order_acq_rel)) return;
-    for (auto& close : closers_) close();
-    open_gate();  // a start() that failed half-way left threads at the gate
-  }
+  void stop() noexcept;
 
   // The start gate: every stage thread waits here until the pipeline has spawned all of
   // them, so the run's wall clock and every worker's phase clock start together, after
   // the spawning (milliseconds per thread under sanitizers) rather than during it.
-  void open_gate() noexcept {
-    // release: pairs with the acquire in await_gate(); what start() wrote before opening
-    // (the run's start time) is visible to the stage threads.
-    gate_.store(true, std::memory_order_release);
-    gate_.notify_all();
-  }
+  void open_gate() noexcept;
   // @note blocks the calling stage thread until open_gate().
-  void await_gate() const noexcept { gate_.wait(false, std::memory_order_acquire); }
+  void await_gate() const noexcept;
   bool is_stopping() const noexcept { return stopping.load(std::memory_order_acquire); }
 
   // Call from inside a catch block: records the exception being handled, wrapped in a
   // stage_error naming the stage and the item, as the run's error if it is the first,
   // and stops everything. `items` were lost with it and count as failed.
-  void fail_current(const std::string& stage, std::uint64_t item, std::uint64_t items) noexcept {
-    failed.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
-    try {
-      throw stage_error(stage, item, describe(std::current_exception()));
-    } catch (...) {
-      error.capture(std::current_exception());
-    }
-    stop();
-  }
+  void fail_current(const std::string& stage, std::uint64_t item, std::uint64_t items) noexcept;
   // As above, for the item (or the batch: its first item) whose meta is `item`.
   void fail_current(const std::string& stage, const item_meta& item, std::uint64_t items) noexcept {
     fail_current(stage, seq_of(item), items);
@@ -190,23 +172,6 @@ class control {
   }
 
  private:
-  static std::unique_ptr<metrics::trace_buffer> make_trace(bool measure, std::size_t events) {
-    CONVEYOR_EXPECTS(measure, "pipeline_options: trace_events needs metrics = true (the trace "
-                              "is drawn from the same clock reads); set trace_events = 0 or "
-                              "turn metrics on");
-    return std::make_unique<metrics::trace_buffer>(events);
-  }
-
-  static std::string describe(std::exception_ptr e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      return ex.what();
-    } catch (...) {
-      return "unknown exception";
-    }
-  }
-
   std::vector<std::function<void()>> closers_;
   const metrics::stage_stats* completions_ = nullptr;
   std::vector<ticket_entry> tickets_;  // a service pipeline's; empty: a source's
@@ -218,10 +183,6 @@ class control {
 inline constexpr std::size_t max_workers = 1024;
 
 // @throws config_error unless a stage's worker count is in [1, max_workers].
-inline void check_workers(const std::string& stage, std::size_t n) {
-  CONVEYOR_EXPECTS(n >= 1 && n <= max_workers,
-                   "stage '" + stage + "': workers must be in [1, 1024], got " +
-                       std::to_string(n) + "; pass .workers(1) or more (usually <= cores)");
-}
+void check_workers(const std::string& stage, std::size_t n);
 
 }  // namespace conveyor::detail

@@ -31,9 +31,7 @@
 namespace conveyor::detail {
 
 // The track name of worker w of a stage with `workers` workers: "decode", or "decode #2".
-inline std::string worker_track_name(const std::string& stage, std::size_t w, std::size_t workers) {
-  return workers == 1 ? stage : stage + " #" + std::to_string(w + 1);
-}
+std::string worker_track_name(const std::string& stage, std::size_t w, std::size_t workers);
 
 // One worker thread's instrumentation. Charges the time between marks to its counters
 // (metrics::phase_clock), draws each busy phase as a span and each occupancy sample as a

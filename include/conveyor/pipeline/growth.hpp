@@ -1,0 +1,54 @@
+// conveyor/pipeline/growth.hpp: when a ring between two stage threads deepens
+// (pipeline_options::ring_growth).
+//
+//   if (where.share_cpu(p) && detail::shared_core_grows(ring.reserve(), where.load(p + 1)))
+//     ring.grow(true);                                   // else ring.grow(false)
+//
+// Two stage threads pinned to one CPU take turns on it: the producer runs until the ring
+// is full, the consumer until it is empty, and every turn costs a context switch. A
+// deeper ring makes the turns longer and so fewer. It moves to its reserve while its
+// consumer works through the reserve's worth within shared_core_hold_s of its own CPU
+// time (consumer_ns: its CPU time per element, the placer's load): the deeper ring adds
+// about that to an element's wait when it is full and the consumer has the CPU, and a
+// ring in front of a stage that needs more than shared_core_hold_s / reserve per element
+// (122 ns for 8192) never grows. By CPU time, not by the rate the consumer took elements
+// at: on a shared core that rate is what the small ring's turns leave.
+// Thread-safety: shared_core_grows is a pure function; a growable_ring's grow() from one
+// thread at a time (the placer's).
+#pragma once
+
+#include <cstddef>
+
+#include "conveyor/stage/detail/link.hpp"
+
+namespace conveyor::detail {
+
+inline constexpr double shared_core_hold_s = 1e-3;
+
+constexpr bool shared_core_grows(std::size_t reserve, double consumer_ns) noexcept {
+  return consumer_ns > 0 && static_cast<double>(reserve) * consumer_ns <= shared_core_hold_s * 1e9;
+}
+
+// A ring the placer may deepen, whatever its element type.
+class growable_ring {
+ public:
+  virtual ~growable_ring() = default;
+  virtual std::size_t reserve() const noexcept = 0;  // the deeper ring's capacity
+  virtual void grow(bool deeper) noexcept = 0;        // see ring_link::grow()
+  virtual std::size_t deepest() const noexcept = 0;   // the deepest it ran
+};
+
+// A stage link as a growable_ring (it must can_grow()).
+template <class T>
+class growable_link final : public growable_ring {
+ public:
+  explicit growable_link(ring_link<T>& l) noexcept : l_(l) {}
+  std::size_t reserve() const noexcept override { return l_.reserve(); }
+  void grow(bool deeper) noexcept override { l_.grow(deeper); }
+  std::size_t deepest() const noexcept override { return l_.deepest(); }
+
+ private:
+  ring_link<T>& l_;
+};
+
+}  // namespace conveyor::detail

@@ -1,0 +1,489 @@
+// conveyor/pipeline/pipeline.hpp: a chain of stages as a running pipeline: its rings, its
+// stage nodes, its lifecycle (run, or start / submit / stop) and its report.
+//
+//   conveyor::pipeline p{conveyor::source(next_image) | conveyor::map(decode).workers(3)
+//                        | conveyor::sink(write_label)};
+//   conveyor::report r = p.run();                              // blocks until done
+//
+//   conveyor::pipeline svc{conveyor::input<request>() | conveyor::map(answer)};
+//   svc.start();
+//   std::future<response> f = svc.submit(req);                 // or submit(req, done)
+//   svc.stop(conveyor::stop_mode::drain);
+//
+// Lifecycle: the first exception in any stage stops the pipeline (rings closed, blocked
+// threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
+// names the stage and the item and nests the original exception — after every thread has
+// joined. Accounting always holds: produced == completed + failed + cancelled.
+// Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
+// of small items may grow by pipeline_options::ring_growth, see pipeline/growth.hpp).
+// Hops: a ring with one thread at each end is an spsc_ring, any other an mpmc_ring, and
+// an ordered map between two in-order ends runs on lanes (pipeline/detail/wiring.hpp).
+// What does not depend on the stages' types — threads, placement, progress, trace,
+// report assembly — is pipeline/detail/core.hpp, compiled once in the library.
+//
+// Thread-safety: one pipeline object is driven from one thread (run/start/stop/wait);
+// submit() may be called from any number of threads between start() and stop();
+// report(), counts(), trace_json() and write_trace() also while the stages run, from
+// any thread that does not race with start()/wait()/stop() (the progress line does so).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "conveyor/base/error.hpp"
+#include "conveyor/base/outcome.hpp"
+#include "conveyor/pipeline/detail/core.hpp"
+#include "conveyor/pipeline/detail/service.hpp"
+#include "conveyor/pipeline/detail/wiring.hpp"
+#include "conveyor/pipeline/growth.hpp"
+#include "conveyor/pipeline/options.hpp"
+#include "conveyor/report/report.hpp"
+#include "conveyor/stage/chain.hpp"
+
+namespace conveyor {
+
+template <class Chain>
+class pipeline;
+
+template <class... Bound>
+class pipeline<chain<Bound...>> {
+  using stages_t = std::tuple<Bound...>;
+  static constexpr std::size_t n_stages = sizeof...(Bound);
+  template <std::size_t I>
+  using bound_t = std::tuple_element_t<I, stages_t>;
+  template <std::size_t I>
+  using stage_t = typename bound_t<I>::stage_type;
+  template <std::size_t I>
+  using out_t = typename bound_t<I>::out_type;
+
+  static constexpr bool service = detail::is_input<stage_t<0>>::value;
+  static constexpr bool has_sink = detail::is_sink<stage_t<n_stages - 1>>::value;
+  static_assert(n_stages >= 2 || service,
+                "conveyor::pipeline: a pipeline needs a source and at least one more stage");
+  static_assert(has_sink || service,
+                "conveyor::pipeline: end the chain with conveyor::sink(...) (or start it with "
+                "conveyor::input<T>() to get results back from submit())");
+  static_assert(!(has_sink && service),
+                "conveyor::pipeline: a service pipeline (conveyor::input<T>()) hands each "
+                "result back through submit(): leave the sink out");
+
+ public:
+  // The type a service pipeline's submit() future yields.
+  using result_type = std::conditional_t<has_sink, void, out_t<n_stages - 1>>;
+  using input_type = out_t<0>;
+
+  // Builds every ring and stage; nothing runs yet. Bad configuration throws config_error.
+  explicit pipeline(chain<Bound...> c, pipeline_options options = {})
+      : state_(std::make_unique<state>(std::move(c), options)) {}
+
+  pipeline(pipeline&&) noexcept = default;
+  pipeline& operator=(pipeline&&) noexcept = default;
+  ~pipeline() {
+    if (state_ && state_->core.started() && !state_->core.joined()) {
+      state_->core.ctl().stop();
+      finish_threads();
+    }
+  }
+
+  // Runs a finite source to its end. Rethrows the first stage failure after joining.
+  // @note blocks the calling thread until every stage has finished.
+  conveyor::report run()
+    requires(!service)
+  {
+    start();
+    return wait();
+  }
+
+  // Starts every stage's threads. @throws closed_error if already started.
+  void start() {
+    state_->core.start([this](detail::thread_group& threads) {
+      start_nodes(threads, std::make_index_sequence<n_stages>{});
+    });
+  }
+
+  // Service mode: hands x to the pipeline; the future holds its result, or the error
+  // that stopped the pipeline, or closed_error if it was cancelled. Each call allocates
+  // the future's shared state; submit(x, done) does not.
+  // @note blocks while the pipeline is full (backpressure).
+  // @throws closed_error when the pipeline is not running.
+  std::future<result_type> submit(input_type x)
+    requires service
+  {
+    std::future<result_type> fut;
+    enter(take_ticket(), std::move(x), [&fut](ticket_slot& slot) {
+      slot.promise = std::promise<result_type>{};
+      fut = slot.promise.get_future();
+    });
+    return fut;
+  }
+
+  // Service mode, with a callback instead of a future: done(conveyor::outcome<result>)
+  // is called exactly once per accepted call, with the item's result, or the error that
+  // stopped the pipeline, or closed_error if the item was cancelled. It runs on the
+  // pipeline's result thread when the item completes; for an item that does not, on the
+  // thread that settles it (the one in stop() or wait(), or this one if the pipeline
+  // stopped before taking the item). done must be noexcept (nothing could catch what it
+  // throws) and copyable (it is kept in a std::function); one that fits std::function's
+  // small buffer (with libstdc++: trivially copyable, up to 16 bytes, e.g. a lambda
+  // capturing two pointers or references) costs no allocation: with it, an item goes
+  // from submit() to done without one. From inside done, follow-up items go in with
+  // try_submit() (submit() could wait for a ticket that only this thread frees), and
+  // stop() / wait() must not be called (they join this thread).
+  // @note blocks while the pipeline is full (backpressure).
+  // @throws closed_error when the pipeline is not running (done is not called).
+  template <class Done>
+    requires service
+  void submit(input_type x, Done&& done) {
+    check_done<Done>();
+    enter(take_ticket(), std::move(x),
+          [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
+  }
+
+  // As submit(x) and submit(x, done), but never wait for room: when the pipeline already
+  // holds as many items as it takes (1024), they refuse — nullopt, or false — and leave
+  // x as it was (it is moved from only when accepted), so a server can shed load or retry.
+  // @throws closed_error when the pipeline is not running.
+  std::optional<std::future<result_type>> try_submit(input_type&& x)
+    requires service
+  {
+    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    if (!ticket) return std::nullopt;
+    std::future<result_type> fut;
+    enter(*ticket, std::move(x), [&fut](ticket_slot& slot) {
+      slot.promise = std::promise<result_type>{};
+      fut = slot.promise.get_future();
+    });
+    return fut;
+  }
+  template <class Done>
+    requires service
+  [[nodiscard]] bool try_submit(input_type&& x, Done&& done) {
+    check_done<Done>();
+    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    if (!ticket) return false;
+    enter(*ticket, std::move(x),
+          [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
+    return true;
+  }
+
+  // Stops the pipeline and waits for it. drain: input closes, everything inside
+  // completes; cancel: stages stop at once, what is inside counts as cancelled.
+  // @note blocks until every thread has joined. Rethrows a stage failure.
+  conveyor::report stop(stop_mode mode) {
+    if (!state_->core.started()) throw closed_error("conveyor::pipeline: stop() before start()");
+    if (mode == stop_mode::cancel) {
+      state_->core.ctl().stop();
+    } else {
+      close_input();
+    }
+    return wait();
+  }
+
+  // Waits for the pipeline to finish (a finite source ends, or stop() was called).
+  // @note blocks the calling thread. Rethrows the first stage failure, after joining.
+  conveyor::report wait() {
+    if (!state_->core.started()) throw closed_error("conveyor::pipeline: wait() before start()");
+    finish_threads();
+    state_->core.ctl().error.rethrow_if_any();
+    return this->report();
+  }
+
+  // What the pipeline measured: per-stage busy / starved / blocked time, per-lane H2D /
+  // compute / D2H time, GPU busy fraction, latency percentiles, throughput, the item
+  // accounting and the verdict naming the bottleneck. Callable while running (a
+  // snapshot of the run so far) and after it (final). Not a hot path: it allocates.
+  conveyor::report report() const { return state_->core.make_report(); }
+
+  // The trace as Chrome trace-event JSON (Perfetto, chrome://tracing): per stage worker
+  // a track of busy spans and input-ring occupancy counters; per lane a track of batch >
+  // H2D / compute / D2H spans in device time, and the lane's enqueue and completion
+  // threads. Callable during the run (the most recent events; see counters/trace.hpp)
+  // and after it (exact). Not a hot path: it allocates.
+  // @throws conveyor::error when the pipeline was built without trace_events.
+  void write_trace(std::ostream& os) const { state_->core.write_trace(os); }
+  // @throws conveyor::error when the file cannot be written, or as write_trace(ostream&).
+  void write_trace(const std::string& path) const { state_->core.write_trace(path); }
+  std::string trace_json() const { return state_->core.trace_json(); }
+  // True when the pipeline records a trace (pipeline_options::trace_events > 0).
+  bool tracing() const noexcept { return state_->core.tracing(); }
+
+  // A snapshot: exact once the pipeline has stopped.
+  item_counts counts() const noexcept { return state_->core.counts(); }
+
+ private:
+  // What submit(x, done) and try_submit(x, done) require of done, said at the call.
+  template <class Done>
+  static constexpr void check_done() {
+    static_assert(std::is_invocable_v<Done&, outcome<result_type>&&>,
+                  "conveyor::pipeline::(try_)submit(x, done): done must be callable with "
+                  "conveyor::outcome<result> (the result type of the pipeline's last stage)");
+    static_assert(std::is_nothrow_invocable_v<Done&, outcome<result_type>&&>,
+                  "conveyor::pipeline::(try_)submit(x, done): declare done noexcept; it runs "
+                  "on the pipeline's threads, where nothing could catch what it throws");
+    static_assert(std::is_copy_constructible_v<std::decay_t<Done>>,
+                  "conveyor::pipeline::(try_)submit(x, done): done must be copyable (it is "
+                  "kept in a std::function); capture move-only state by pointer or "
+                  "std::shared_ptr");
+  }
+
+  // One ring behind each stage that has output (a service's last stage included).
+  template <std::size_t I>
+  using ring_t = std::unique_ptr<detail::link<out_t<I>>>;
+  static constexpr std::size_t n_rings = has_sink ? n_stages - 1 : n_stages;
+
+  template <class Seq>
+  struct ring_tuple;
+  template <std::size_t... I>
+  struct ring_tuple<std::index_sequence<I...>> {
+    using type = std::tuple<ring_t<I>...>;
+  };
+  using rings_t = typename ring_tuple<std::make_index_sequence<n_rings>>::type;
+
+  // Only a service pipeline has tickets (its result_type is never void); the others
+  // name a placeholder and make none.
+  using tickets_t =
+      detail::service_tickets<input_type, std::conditional_t<service, result_type, int>>;
+  using ticket_slot = typename tickets_t::slot;
+  // The result end of a service pipeline: settles each item's future or callback.
+  struct result_deliver {
+    tickets_t* tickets;
+    void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
+      tickets->deliver(std::move(e));
+    }
+  };
+  using result_node_t = detail::terminal_node<out_t<n_stages - 1>, result_deliver>;
+  struct none {};
+
+  template <std::size_t I>
+  static auto make_stage_node(stages_t& s, detail::control& ctl, rings_t& rings,
+                              detail::latency_recorder* lat) {
+    auto in = [&] {
+      if constexpr (I == 0) return static_cast<void*>(nullptr);
+      else return std::get<I - 1>(rings).get();
+    }();
+    auto out = [&] {
+      if constexpr (I < n_rings) return std::get<I>(rings).get();
+      else return static_cast<void*>(nullptr);
+    }();
+    if constexpr (detail::is_input<stage_t<I>>::value) {
+      return std::unique_ptr<int>{};  // the input ring is the whole stage
+    } else {
+      return detail::make_node(std::move(std::get<I>(s).stage), ctl, in, out, lat);
+    }
+  }
+
+  template <class Seq>
+  struct node_tuple;
+  template <std::size_t... I>
+  struct node_tuple<std::index_sequence<I...>> {
+    using type = std::tuple<decltype(make_stage_node<I>(std::declval<stages_t&>(),
+                                                        std::declval<detail::control&>(),
+                                                        std::declval<rings_t&>(), nullptr))...>;
+  };
+  using nodes_t = typename node_tuple<std::make_index_sequence<n_stages>>::type;
+
+  // A slot in the input ring for every ticket: try_submit() relies on it.
+  static constexpr std::size_t service_tickets_n = 1024;
+
+  struct state {
+    state(chain<Bound...>&& c, const pipeline_options& o)
+        : core(o),
+          rings(make_rings(o, c.stages, std::make_index_sequence<n_rings>{})),
+          nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})) {
+      detail::control& ctl = core.ctl();
+      register_rings(std::make_index_sequence<n_rings>{});
+      add_stages(std::make_index_sequence<n_stages>{});
+      if constexpr (service) {
+        tickets.emplace(service_tickets_n, ctl);
+        result.reset(new result_node_t("results", 1, result_deliver{&*tickets}, ctl,
+                                       std::get<n_rings - 1>(rings).get(), &core.latency()));
+        core.add_stage(result->info());
+      }
+    }
+
+    template <std::size_t... I>
+    static rings_t make_rings(const pipeline_options& o, const stages_t& s,
+                              std::index_sequence<I...>) {
+      const auto lanes = plan_lanes(s);
+      return rings_t{std::make_unique<detail::link<out_t<I>>>(
+          I == 0 && service ? service_tickets_n : o.ring_capacity, ring_ends<I>(s, lanes),
+          I == 0 && service ? 0 : ring_reserve<out_t<I>>(o))...};
+    }
+    // The room ring_growth gives a ring of T: only where its slots are small (see
+    // pipeline_options::ring_growth). A ring with several threads at an end ignores it.
+    template <class T>
+    static std::size_t ring_reserve(const pipeline_options& o) {
+      constexpr bool small = sizeof(detail::envelope<T>) + sizeof(std::size_t) <= 64;
+      return small ? o.ring_capacity * o.ring_growth : 0;
+    }
+    // The chain position of ring I's producer is I - first_ring_stage (a service's
+    // input ring has no producer stage: it never grows).
+    static constexpr std::size_t first_ring_stage = service ? 1 : 0;
+    // Ring I runs from stage I to stage I + 1 (or to the result node of a service).
+    // lanes: plan_lanes(s), planned once for all rings.
+    template <std::size_t I>
+    static detail::ring_ends ring_ends(const stages_t& s,
+                                       const std::array<std::size_t, n_stages>& lanes) {
+      detail::ring_ends e;
+      e.pushers = lanes[I] != 0 ? lanes[I] : detail::output_pushers(std::get<I>(s).stage);
+      if constexpr (I + 1 < n_stages)
+        e.poppers =
+            lanes[I + 1] != 0 ? lanes[I + 1] : detail::input_poppers(std::get<I + 1>(s).stage);
+      else
+        e.poppers = 1;  // the result node's one thread
+      e.lanes = lanes[I] != 0 || (I + 1 < n_stages && lanes[I + 1] != 0);
+      return e;
+    }
+    static std::array<std::size_t, n_stages> plan_lanes(const stages_t& s) {
+      std::array<std::size_t, n_stages> candidates{}, pushers{}, poppers{};
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (
+            [&] {
+              const auto& stage = std::get<I>(s).stage;
+              candidates[I] = detail::lane_workers(stage);
+              if constexpr (requires { detail::output_pushers(stage); })
+                pushers[I] = detail::output_pushers(stage);
+              if constexpr (requires { detail::input_poppers(stage); })
+                poppers[I] = detail::input_poppers(stage);
+            }(),
+            ...);
+      }(std::make_index_sequence<n_stages>{});
+      return detail::plan_lanes(candidates, pushers, poppers);
+    }
+
+    template <std::size_t... I>
+    nodes_t make_nodes(stages_t& s, std::index_sequence<I...>) {
+      return nodes_t{make_stage_node<I>(s, core.ctl(), rings, &core.latency())...};
+    }
+    // Every ring closes on a stop; those that may grow are the placer's to deepen.
+    template <std::size_t... I>
+    void register_rings(std::index_sequence<I...>) {
+      (
+          [&] {
+            auto* r = std::get<I>(rings).get();
+            core.ctl().on_stop([r] { r->close(); });
+            if (I >= first_ring_stage && r->can_grow())
+              core.add_growable(I - first_ring_stage,
+                                std::make_unique<detail::growable_link<detail::envelope<out_t<I>>>>(*r));
+          }(),
+          ...);
+    }
+    template <std::size_t... I>
+    void add_stages(std::index_sequence<I...>) {
+      (
+          [&] {
+            if constexpr (!detail::is_input<stage_t<I>>::value)
+              core.add_stage(std::get<I>(nodes)->info());
+          }(),
+          ...);
+    }
+
+    // First, so destroyed last: the stages and rings register with its control, and its
+    // threads use them until they are joined.
+    detail::pipeline_core core;
+    rings_t rings;
+    nodes_t nodes;
+    // A service's tickets and result node; nothing for the others.
+    std::conditional_t<service, std::optional<tickets_t>, none> tickets;
+    std::conditional_t<service, std::unique_ptr<result_node_t>, none> result;
+    std::atomic<bool> input_closed{false};
+  };
+
+  template <std::size_t... I>
+  void start_nodes(detail::thread_group& threads, std::index_sequence<I...>) {
+    (
+        [&] {
+          if constexpr (!detail::is_input<stage_t<I>>::value)
+            std::get<I>(state_->nodes)->start(threads);
+        }(),
+        ...);
+    if constexpr (service) state_->result->start(threads);
+  }
+
+  void close_input() {
+    if constexpr (service) {
+      state_->input_closed.store(true, std::memory_order_release);  // pairs with require_running()
+      std::get<0>(state_->rings)->close();
+    } else {
+      state_->core.ctl().stop_source.store(true, std::memory_order_release);
+    }
+  }
+
+  // submit()'s first half: a free ticket, which bounds the items in flight.
+  // @note blocks while every ticket is out. @throws closed_error when not running.
+  std::uint32_t take_ticket() {
+    require_running();
+    const std::optional<std::uint32_t> ticket = state_->tickets->take();
+    if (!ticket) throw closed_error("conveyor::pipeline: submit() after stop()");
+    return *ticket;
+  }
+  // try_submit()'s: nullopt when every ticket is out. With a ticket, enter() does not
+  // wait for room either: the input ring has a slot per ticket (its push may only wait
+  // out another thread's pop of that slot, already under way).
+  std::optional<std::uint32_t> try_take_ticket() {
+    require_running();
+    return state_->tickets->try_take();
+  }
+  void require_running() const {
+    const state& st = *state_;
+    // acquire: pairs with close_input().
+    if (!st.core.started() || st.input_closed.load(std::memory_order_acquire))
+      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
+  }
+
+  // submit()'s second half (see service_tickets::enter()).
+  template <class Arm>
+  void enter(std::uint32_t ticket, input_type&& x, Arm&& arm) {
+    state& st = *state_;
+    st.tickets->enter(ticket, std::move(x), std::forward<Arm>(arm), *std::get<0>(st.rings),
+                      st.core.ctl());
+  }
+
+  // Joins every thread, then accounts for whatever is still inside as cancelled.
+  void finish_threads() {
+    state& st = *state_;
+    if (st.core.joined()) return;
+    st.core.join();
+    after_join(std::make_index_sequence<n_stages>{});
+    drain_rings(std::make_index_sequence<n_rings>{});
+    if constexpr (service) st.tickets->settle_rest(st.core.ctl());
+  }
+
+  template <std::size_t... I>
+  void after_join(std::index_sequence<I...>) {
+    (
+        [&] {
+          if constexpr (requires { std::get<I>(state_->nodes)->after_join(); })
+            std::get<I>(state_->nodes)->after_join();
+        }(),
+        ...);
+  }
+
+  template <std::size_t... I>
+  void drain_rings(std::index_sequence<I...>) {
+    (
+        [&] {
+          auto& ring = *std::get<I>(state_->rings);
+          while (auto e = ring.take_any()) state_->core.ctl().cancel(e->items());
+        }(),
+        ...);
+  }
+
+  std::unique_ptr<state> state_;
+};
+
+template <class... Bound>
+pipeline(chain<Bound...>) -> pipeline<chain<Bound...>>;
+template <class... Bound>
+pipeline(chain<Bound...>, pipeline_options) -> pipeline<chain<Bound...>>;
+
+}  // namespace conveyor

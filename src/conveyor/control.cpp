@@ -1,0 +1,81 @@
+// src/conveyor/control.cpp: the members of a pipeline's control block that are not on an
+// item's path (conveyor/stage/detail/control.hpp).
+#include "conveyor/stage/detail/control.hpp"
+#include "conveyor/stage/detail/worker_probe.hpp"
+
+#include <exception>
+#include <utility>
+
+namespace conveyor::detail {
+namespace {
+
+std::unique_ptr<metrics::trace_buffer> make_trace(bool measure, std::size_t events) {
+  if (events == 0) return nullptr;
+  CONVEYOR_EXPECTS(measure, "pipeline_options: trace_events needs metrics = true (the trace "
+                            "is drawn from the same clock reads); set trace_events = 0 or "
+                            "turn metrics on");
+  return std::make_unique<metrics::trace_buffer>(events);
+}
+
+std::string describe(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
+
+}  // namespace
+
+control::control(bool measure, std::size_t trace_events)
+    : metrics_on(measure), trace(make_trace(measure, trace_events)) {}
+
+control::~control() = default;
+
+metrics::trace_track* control::make_track(std::string name) {
+  return trace ? &trace->add_track(std::move(name)) : nullptr;
+}
+
+void control::on_stop(std::function<void()> closer) { closers_.push_back(std::move(closer)); }
+
+void control::stop() noexcept {
+  // release: pairs with the acquire loads in is_stopping(); stages that see the flag
+  // also see the failure recorded before it.
+  if (stopping.exchange(true, std::memory_order_acq_rel)) return;
+  for (auto& close : closers_) close();
+  open_gate();  // a start() that failed half-way left threads at the gate
+}
+
+void control::open_gate() noexcept {
+  // release: pairs with the acquire in await_gate(); what start() wrote before opening
+  // (the run's start time) is visible to the stage threads.
+  gate_.store(true, std::memory_order_release);
+  gate_.notify_all();
+}
+
+void control::await_gate() const noexcept { gate_.wait(false, std::memory_order_acquire); }
+
+void control::fail_current(const std::string& stage, std::uint64_t item,
+                           std::uint64_t items) noexcept {
+  failed.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
+  try {
+    throw stage_error(stage, item, describe(std::current_exception()));
+  } catch (...) {
+    error.capture(std::current_exception());
+  }
+  stop();
+}
+
+void check_workers(const std::string& stage, std::size_t n) {
+  CONVEYOR_EXPECTS(n >= 1 && n <= max_workers,
+                   "stage '" + stage + "': workers must be in [1, 1024], got " +
+                       std::to_string(n) + "; pass .workers(1) or more (usually <= cores)");
+}
+
+std::string worker_track_name(const std::string& stage, std::size_t w, std::size_t workers) {
+  return workers == 1 ? stage : stage + " #" + std::to_string(w + 1);
+}
+
+}  // namespace conveyor::detail

@@ -1,0 +1,253 @@
+// src/conveyor/report.cpp: the report's builders, its table and its JSON
+// (conveyor/report/report.hpp).
+#include "conveyor/report/report.hpp"
+
+#include <cstdio>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "conveyor/base/clock.hpp"
+#include "json_writer.hpp"
+
+namespace conveyor::metrics {
+namespace {
+
+std::string fmt(const char* f, double a) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+std::string pad(std::string s, std::size_t w, bool left = false) {
+  if (s.size() >= w) return s;
+  return left ? s + std::string(w - s.size(), ' ') : std::string(w - s.size(), ' ') + s;
+}
+std::string pct(double f) { return fmt("%.1f", 100.0 * f); }
+std::string ms(double s) { return fmt("%.3f", 1e3 * s); }
+std::string num(std::uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::string_view to_string(verdict_kind k) noexcept {
+  switch (k) {
+    case verdict_kind::idle: return "idle";
+    case verdict_kind::cpu_stage_bound: return "cpu_stage_bound";
+    case verdict_kind::transfer_bound_h2d: return "transfer_bound_h2d";
+    case verdict_kind::transfer_bound_d2h: return "transfer_bound_d2h";
+    case verdict_kind::compute_bound: return "compute_bound";
+    case verdict_kind::under_batched: return "under_batched";
+    case verdict_kind::source_bound: return "source_bound";
+    case verdict_kind::sink_bound: return "sink_bound";
+    case verdict_kind::balanced: return "balanced";
+    case verdict_kind::unmeasured: return "unmeasured";
+  }
+  return "?";
+}
+
+stage_report make_stage_report(std::string name, stage_kind kind, std::size_t workers,
+                                      const stage_counters& c, std::size_t ring_capacity) {
+  stage_report s;
+  s.name = std::move(name);
+  s.kind = kind;
+  s.workers = workers;
+  s.items = c.items;
+  s.busy_s = ns_to_s(c.busy_ns);
+  s.starved_s = ns_to_s(c.starved_ns);
+  s.blocked_s = ns_to_s(c.blocked_ns);
+  s.occupancy_mean = c.occupancy_mean();
+  s.occupancy_max = static_cast<std::size_t>(c.occupancy_max);
+  s.ring_capacity = ring_capacity;
+  return s;
+}
+
+stage_report make_stage_report(std::string name, stage_kind kind, const stage_stats& stats,
+                                      std::size_t ring_capacity) {
+  return make_stage_report(std::move(name), kind, stats.workers(), stats.snapshot(), ring_capacity);
+}
+
+lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
+  lane_report l;
+  l.lane = lane;
+  l.batches = c.batches;
+  l.items = c.items;
+  l.h2d_s = ns_to_s(c.h2d_ns);
+  l.compute_s = ns_to_s(c.compute_ns);
+  l.d2h_s = ns_to_s(c.d2h_ns);
+  l.h2d_bytes = c.h2d_bytes;
+  l.d2h_bytes = c.d2h_bytes;
+  return l;
+}
+
+std::vector<lane_report> make_lane_reports(const gpu_stats& gpu) {
+  std::vector<lane_report> out;
+  out.reserve(gpu.lanes());
+  for (std::size_t i = 0; i < gpu.lanes(); ++i) out.push_back(make_lane_report(i, gpu.lane(i).snapshot()));
+  return out;
+}
+
+batch_report make_batch_report(const batch_counters& c) {
+  return batch_report{c.max_size, c.mean_size(), c.batches, c.flushed_on_timeout};
+}
+
+latency_report make_latency_report(const latency_histogram& h) {
+  latency_report l;
+  l.p50_s = ns_to_s(h.percentile(50.0));
+  l.p95_s = ns_to_s(h.percentile(95.0));
+  l.p99_s = ns_to_s(h.percentile(99.0));
+  l.max_s = ns_to_s(h.max());
+  l.mean_s = h.mean() * 1e-9;
+  l.count = h.count();
+  return l;
+}
+
+double lane_busy_fraction(const report& r) noexcept {
+  double busy = 0.0;
+  for (const auto& l : r.lanes) busy += l.busy_s();
+  return r.lanes.empty() ? 0.0 : fraction_of_capacity(busy, r.wall_s, r.lanes.size());
+}
+
+std::ostream& operator<<(std::ostream& os, const report& r) {
+  std::ostringstream o;  // one write at the end: lines from other threads do not interleave
+  o << "conveyor report: " << fmt("%.3f", r.wall_s) << " s wall"
+    << (r.runtime.empty() ? std::string{} : ", " + r.runtime + " runtime") << '\n';
+  o << "  items: produced " << r.produced << ", completed " << r.completed << ", failed "
+    << r.failed << ", cancelled " << r.cancelled;
+  if (r.in_flight() != 0) o << ", in flight " << r.in_flight();
+  o << "\n  throughput: " << fmt("%.1f", r.throughput) << " items/s";
+  if (!r.lanes.empty()) o << ", GPU busy " << pct(r.gpu_busy_fraction) << "%";
+  o << '\n';
+  if (r.cpus != 0)
+    o << "  CPU: the process kept " << fmt("%.2f", r.wall_s > 0 ? r.process_cpu_s / r.wall_s : 0.0)
+      << " of its " << r.cpus << (r.cpus == 1 ? " core" : " cores") << " busy ("
+      << pct(process_cpu_load(r)) << "%)\n";
+  if (!r.placement.mode.empty()) {
+    o << "  placement: " << r.placement.mode;
+    if (r.placement.mode != "os")
+      o << ", stage threads pinned after " << r.placement.pinned_rounds << " of "
+        << r.placement.rounds << (r.placement.rounds == 1 ? " round" : " rounds");
+    o << '\n';
+  }
+
+  if (!r.stages.empty()) {
+    o << "  " << pad("stage", 18, true) << pad("kind", 8, true) << pad("workers", 8)
+      << pad("items", 12) << pad("busy%", 8) << pad("starved%", 10)
+      << pad("blocked%", 10) << "  ring mean/max/cap\n";
+    for (const auto& s : r.stages) {
+      o << "  " << pad(s.name, 18, true) << pad(std::string(to_string(s.kind)), 8, true)
+        << pad(num(s.workers), 8) << pad(num(s.items), 12)
+        << pad(pct(busy_fraction(s, r.wall_s)), 8)
+        << pad(pct(starved_fraction(s, r.wall_s)), 10)
+        << pad(pct(blocked_fraction(s, r.wall_s)), 10) << "  ";
+      if (s.ring_capacity == 0) {
+        o << '-';
+      } else {
+        o << fmt("%.1f", s.occupancy_mean) << '/' << s.occupancy_max << '/' << s.ring_capacity;
+      }
+      if (s.kind == stage_kind::gpu && !r.lanes.empty())
+        o << "  (lanes' streams busy " << pct(lane_busy_fraction(r)) << "%)";
+      o << '\n';
+    }
+  }
+  if (!r.lanes.empty()) {
+    o << "  " << pad("lane", 6, true) << pad("batches", 9) << pad("items", 12)
+      << pad("H2D ms", 12) << pad("compute ms", 12) << pad("D2H ms", 12)
+      << pad("H2D GB/s", 10) << pad("D2H GB/s", 10) << '\n';
+    for (const auto& l : r.lanes) {
+      o << "  " << pad(num(l.lane), 6, true) << pad(num(l.batches), 9)
+        << pad(num(l.items), 12) << pad(ms(l.h2d_s), 12)
+        << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
+        << pad(fmt("%.2f", l.h2d_bandwidth() * 1e-9), 10)
+        << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << '\n';
+    }
+  }
+  if (r.batching) {
+    const batch_report& b = *r.batching;
+    o << "  batching: " << b.batches << " batches, mean size " << fmt("%.1f", b.mean_size)
+      << " of max " << b.max_size << ", " << b.flushed_on_timeout << " left on timeout";
+    if (b.batches != 0)
+      o << " (" << pct(static_cast<double>(b.flushed_on_timeout) / static_cast<double>(b.batches)) << "%)";
+    o << '\n';
+  }
+  o << "  " << pad("latency ms", 12, true) << pad("p50", 10) << pad("p95", 10)
+    << pad("p99", 10) << pad("max", 10) << pad("mean", 10) << pad("count", 12) << '\n';
+  const auto lat_row = [&](const char* label, const latency_report& l) {
+    o << "  " << pad(label, 12, true) << pad(ms(l.p50_s), 10) << pad(ms(l.p95_s), 10)
+      << pad(ms(l.p99_s), 10) << pad(ms(l.max_s), 10) << pad(ms(l.mean_s), 10)
+      << pad(num(l.count), 12) << '\n';
+  };
+  lat_row("item", r.item_latency);
+  if (r.batch_latency.count != 0) lat_row("batch", r.batch_latency);
+  o << "verdict: " << to_string(r.verdict.kind);
+  if (!r.verdict.stage.empty()) o << " ('" << r.verdict.stage << "')";
+  if (!r.verdict.summary.empty()) o << ": " << r.verdict.summary;
+  o << '\n';
+  if (!r.verdict.advice.empty()) o << "advice: " << r.verdict.advice << '\n';
+  return os << o.str();
+}
+
+// ---- JSON --------------------------------------------------------------------------
+
+namespace {
+
+void write_latency(detail::json_writer& j, std::string_view name, const latency_report& l) {
+  j.key(name).begin_object();
+  j.field("p50_s", l.p50_s).field("p95_s", l.p95_s).field("p99_s", l.p99_s);
+  j.field("max_s", l.max_s).field("mean_s", l.mean_s).field("count", l.count);
+  j.end_object();
+}
+
+}  // namespace
+
+std::string to_json(const report& r) {
+  std::ostringstream o;
+  detail::json_writer j{o};
+  j.begin_object();
+  j.field("wall_s", r.wall_s).field("produced", r.produced).field("completed", r.completed);
+  j.field("failed", r.failed).field("cancelled", r.cancelled).field("throughput", r.throughput);
+  j.field("runtime", r.runtime).field("cpus", r.cpus).field("process_cpu_s", r.process_cpu_s);
+  j.key("placement").begin_object();
+  j.field("mode", r.placement.mode).field("rounds", r.placement.rounds);
+  j.field("pinned_rounds", r.placement.pinned_rounds);
+  j.end_object();
+  j.key("stages").begin_array();
+  for (const stage_report& s : r.stages) {
+    j.begin_object();
+    j.field("name", s.name).field("kind", to_string(s.kind)).field("workers", s.workers);
+    j.field("items", s.items).field("busy_s", s.busy_s).field("starved_s", s.starved_s);
+    j.field("blocked_s", s.blocked_s).field("occupancy_mean", s.occupancy_mean);
+    j.field("occupancy_max", s.occupancy_max).field("ring_capacity", s.ring_capacity);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("lanes").begin_array();
+  for (const lane_report& l : r.lanes) {
+    j.begin_object();
+    j.field("lane", l.lane).field("batches", l.batches).field("items", l.items);
+    j.field("h2d_s", l.h2d_s).field("compute_s", l.compute_s).field("d2h_s", l.d2h_s);
+    j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes);
+    j.end_object();
+  }
+  j.end_array();
+  j.field("gpu_busy_fraction", r.gpu_busy_fraction);
+  j.key("batching");
+  if (r.batching) {
+    const batch_report& b = *r.batching;
+    j.begin_object();
+    j.field("max_size", b.max_size).field("mean_size", b.mean_size).field("batches", b.batches);
+    j.field("flushed_on_timeout", b.flushed_on_timeout);
+    j.end_object();
+  } else {
+    j.null();
+  }
+  write_latency(j, "item_latency", r.item_latency);
+  write_latency(j, "batch_latency", r.batch_latency);
+  j.key("verdict").begin_object();
+  j.field("kind", to_string(r.verdict.kind)).field("stage", r.verdict.stage);
+  j.field("summary", r.verdict.summary).field("advice", r.verdict.advice);
+  j.end_object();
+  j.end_object();
+  return o.str();
+}
+
+}  // namespace conveyor::metrics
