@@ -68,6 +68,32 @@ namespace {
 using item = std::uint64_t;
 using clock_type = std::chrono::steady_clock;
 
+// A 64-byte element: one cache line's worth per item. The producer fills every word from
+// the sequence number; the consumer checks the first and the last.
+struct item64 {
+  std::uint64_t w[8];
+};
+inline void fill(item& v, item i) { v = i; }
+inline void fill(item64& v, item i) {
+  for (std::uint64_t k = 0; k < 8; ++k) v.w[k] = i + k;
+}
+inline bool is(const item& v, item i) { return v == i; }
+inline bool is(const item64& v, item i) { return v.w[0] == i && v.w[7] == i + 7; }
+
+// Work on one side of a ring, per item: a chain of dependent multiply-adds (~5 ns here),
+// which makes that side the slower one. The other side then catches up with it: the ring
+// runs full (producer faster) or empty (consumer faster).
+enum class regime { balanced, producer_faster, consumer_faster };
+constexpr int work_rounds = 4;
+inline void work(item& state) noexcept {
+  for (int i = 0; i < work_rounds; ++i) state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+  benchmark::DoNotOptimize(state);
+}
+constexpr const char* regime_name(regime r) {
+  return r == regime::balanced ? "balanced" : r == regime::producer_faster ? "producer-faster"
+                                                                            : "consumer-faster";
+}
+
 constexpr item spsc_items = item{1} << 20;
 constexpr item mpmc_items = item{1} << 20;
 constexpr item rtt_round_trips = item{1} << 14;
@@ -146,27 +172,31 @@ struct no_state {};
 // ---------------------------------------------------------------------------------------
 // Adapters: one shape for every queue. try_push/try_pop never block; push/pop block.
 
-struct conveyor_spsc {
+template <class E = item>
+struct conveyor_spsc_of {
   static constexpr bool has_block = true;
+  using value_type = E;
   using producer = no_state;
   using consumer = no_state;
-  explicit conveyor_spsc(std::size_t cap) : q(cap) {}
+  explicit conveyor_spsc_of(std::size_t cap) : q(cap) {}
   producer make_producer() { return {}; }
   consumer make_consumer() { return {}; }
-  bool try_push(producer&, item v) { return q.try_push(v); }
-  bool try_pop(consumer&, item& v) {
+  bool try_push(producer&, const E& v) { return q.try_push(v); }
+  bool try_pop(consumer&, E& v) {
     auto o = q.try_pop();
     if (!o) return false;
     v = *o;
     return true;
   }
-  void push(producer&, item v) { q.push(v); }
-  void pop(consumer&, item& v) { v = *q.pop(); }
-  conveyor::spsc_ring<item> q;
+  void push(producer&, const E& v) { q.push(v); }
+  void pop(consumer&, E& v) { v = *q.pop(); }
+  conveyor::spsc_ring<E> q;
 };
+using conveyor_spsc = conveyor_spsc_of<>;
 
 struct conveyor_mpmc {
   static constexpr bool has_block = true;
+  using value_type = item;
   using producer = no_state;
   using consumer = no_state;
   explicit conveyor_mpmc(std::size_t cap) : q(cap) {}
@@ -188,6 +218,7 @@ struct conveyor_mpmc {
 class mutex_queue {
  public:
   static constexpr bool has_block = true;
+  using value_type = item;
   using producer = no_state;
   using consumer = no_state;
   explicit mutex_queue(std::size_t cap) : buf_(cap), mask_(cap - 1) {}
@@ -249,23 +280,25 @@ class mutex_queue {
 };
 
 // boost::lockfree::spsc_queue with a compile-time capacity (its fastest form).
-template <std::size_t Cap>
+template <std::size_t Cap, class E = item>
 struct boost_spsc {
   static constexpr bool has_block = false;
+  using value_type = E;
   using producer = no_state;
   using consumer = no_state;
   explicit boost_spsc(std::size_t) {}
   producer make_producer() { return {}; }
   consumer make_consumer() { return {}; }
-  bool try_push(producer&, item v) { return q.push(v); }
-  bool try_pop(consumer&, item& v) { return q.pop(v); }
-  boost::lockfree::spsc_queue<item, boost::lockfree::capacity<Cap>> q;
+  bool try_push(producer&, const E& v) { return q.push(v); }
+  bool try_pop(consumer&, E& v) { return q.pop(v); }
+  boost::lockfree::spsc_queue<E, boost::lockfree::capacity<Cap>> q;
 };
 
 // boost::lockfree::queue, fixed-size node pool: push fails instead of allocating.
 template <std::size_t Cap>
 struct boost_mpmc {
   static constexpr bool has_block = false;
+  using value_type = item;
   using producer = no_state;
   using consumer = no_state;
   explicit boost_mpmc(std::size_t) {}
@@ -281,6 +314,7 @@ struct boost_mpmc {
 template <class Q>
 struct moodycamel_rwq {
   static constexpr bool has_block = requires(Q& q, item& v) { q.wait_dequeue(v); };
+  using value_type = item;
   using producer = no_state;
   using consumer = no_state;
   explicit moodycamel_rwq(std::size_t cap) : q(cap) {}
@@ -311,6 +345,7 @@ using moodycamel_spsc_blocking = moodycamel_rwq<moodycamel::BlockingReaderWriter
 // moodycamel::BlockingReaderWriterCircularBuffer: bounded SPSC with blocking on both sides.
 struct moodycamel_circ {
   static constexpr bool has_block = true;
+  using value_type = item;
   using producer = no_state;
   using consumer = no_state;
   explicit moodycamel_circ(std::size_t cap) : q(cap) {}
@@ -330,6 +365,7 @@ template <class Q>
 struct moodycamel_cq {
   static constexpr bool has_block =
       requires(Q& q, moodycamel::ConsumerToken& c, item& v) { q.wait_dequeue(c, v); };
+  using value_type = item;
   using producer = moodycamel::ProducerToken;
   using consumer = moodycamel::ConsumerToken;
   explicit moodycamel_cq(std::size_t cap) : q(cap, 2, 0) {}
@@ -367,20 +403,21 @@ using moodycamel_mpmc_blocking = moodycamel_cq<moodycamel::BlockingConcurrentQue
 // numbers), try path only, whose layout is the parameter: Align == 0 packs both indices
 // and both caches into one line; otherwise each side (its index and its cache of the
 // other index) gets its own Align-byte line.
-template <std::size_t Align>
+template <std::size_t Align, class E = item>
 class lamport_spsc {
   static constexpr std::size_t side_align = Align == 0 ? alignof(std::size_t) : Align;
   static constexpr std::size_t block_align = Align == 0 ? 64 : Align;
 
  public:
   static constexpr bool has_block = false;
+  using value_type = E;
   using producer = no_state;
   using consumer = no_state;
-  explicit lamport_spsc(std::size_t cap) : mask_(cap - 1), slots_(new item[cap]) {}
+  explicit lamport_spsc(std::size_t cap) : mask_(cap - 1), slots_(new E[cap]) {}
   producer make_producer() { return {}; }
   consumer make_consumer() { return {}; }
 
-  bool try_push(producer&, item v) {
+  bool try_push(producer&, const E& v) {
     const std::size_t tail = idx_.p.index.load(std::memory_order_relaxed);  // we own tail
     if (tail - idx_.p.cache > mask_) {
       // acquire: pairs with the release store of head in try_pop().
@@ -391,7 +428,7 @@ class lamport_spsc {
     idx_.p.index.store(tail + 1, std::memory_order_release);  // release: pairs with try_pop()
     return true;
   }
-  bool try_pop(consumer&, item& v) {
+  bool try_pop(consumer&, E& v) {
     const std::size_t head = idx_.c.index.load(std::memory_order_relaxed);  // we own head
     if (head == idx_.c.cache) {
       // acquire: pairs with the release store of tail in try_push().
@@ -415,15 +452,18 @@ class lamport_spsc {
                 "lamport_spsc: the layout under test is not the one intended");
 
   const std::size_t mask_;
-  std::unique_ptr<item[]> slots_;
+  std::unique_ptr<E[]> slots_;
   indices idx_;
 };
 
 // ---------------------------------------------------------------------------------------
 // The same calls on every queue.
 
+// Always inlined into every queue's loop alike: the harness's calls are not part of what
+// is compared.
 template <path P, class Q>
-void put(Q& q, typename Q::producer& p, item v) {
+[[gnu::always_inline]] inline void put(Q& q, typename Q::producer& p,
+                                       const typename Q::value_type& v) {
   if constexpr (P == path::block) {
     static_assert(Q::has_block, "this queue has no blocking path");
     q.push(p, v);
@@ -436,8 +476,8 @@ void put(Q& q, typename Q::producer& p, item v) {
 }
 
 template <path P, class Q>
-item take(Q& q, typename Q::consumer& c) {
-  item v = 0;
+[[gnu::always_inline]] inline typename Q::value_type take(Q& q, typename Q::consumer& c) {
+  typename Q::value_type v{};
   if constexpr (P == path::block) {
     static_assert(Q::has_block, "this queue has no blocking path");
     q.pop(c, v);
@@ -448,8 +488,9 @@ item take(Q& q, typename Q::consumer& c) {
   return v;
 }
 
-template <path P, class Q>
+template <path P, class Q, regime R = regime::balanced>
 void spsc_throughput(benchmark::State& state, std::size_t capacity) {
+  using E = typename Q::value_type;
   auto q = std::make_unique<Q>(capacity);
   auto p = q->make_producer();  // per-thread state lives as long as the queue
   auto c = q->make_consumer();
@@ -459,17 +500,26 @@ void spsc_throughput(benchmark::State& state, std::size_t capacity) {
   {
     auto twin = std::make_unique<Q>(capacity);
     auto tp = twin->make_producer();
-    while (holds < 4.0 * static_cast<double>(capacity) && twin->try_push(tp, item{1})) ++holds;
+    while (holds < 4.0 * static_cast<double>(capacity) && twin->try_push(tp, E{})) ++holds;
   }
   item out_of_order = 0;
   for (auto _ : state) {
     const double s = run_pinned({
         {core(0), [&] {
-           for (item i = 0; i < spsc_items; ++i) put<P>(*q, p, i);
+           item w = 1;
+           E v{};
+           for (item i = 0; i < spsc_items; ++i) {
+             if constexpr (R == regime::consumer_faster) work(w);
+             fill(v, i);
+             put<P>(*q, p, v);
+           }
          }},
         {core(1), [&] {
-           item bad = 0;
-           for (item i = 0; i < spsc_items; ++i) bad += take<P>(*q, c) != i;
+           item bad = 0, w = 2;
+           for (item i = 0; i < spsc_items; ++i) {
+             bad += !is(take<P>(*q, c), i);
+             if constexpr (R == regime::producer_faster) work(w);
+           }
            out_of_order += bad;
          }},
     });
@@ -617,6 +667,36 @@ void add_spsc(const std::string& queue, std::size_t cap, bool with_try = true) {
         [cap](benchmark::State& st) { spsc_throughput<path::block, Q>(st, cap); });
 }
 
+// The regimes: conveyor's ring (both paths) against boost and the in-bench Lamport rings,
+// named spsc/<queue>/<path>/<capacity>/<item bytes>B/<regime>.
+template <regime R, std::size_t Cap, class E>
+void add_spsc_regime() {
+  const std::string tail = "/" + std::to_string(Cap) + "/" + std::to_string(sizeof(E)) + "B/" +
+                           regime_name(R);
+  const auto one = [&]<class Q>(const std::string& queue, bool block) {
+    add("spsc/" + queue + (block ? "/block" : "/try") + tail, [block](benchmark::State& st) {
+      if (block) {
+        if constexpr (Q::has_block) spsc_throughput<path::block, Q, R>(st, Cap);
+      } else {
+        spsc_throughput<path::try_, Q, R>(st, Cap);
+      }
+    });
+  };
+  one.template operator()<conveyor_spsc_of<E>>("conveyor", false);
+  one.template operator()<conveyor_spsc_of<E>>("conveyor", true);
+  one.template operator()<boost_spsc<Cap, E>>("boost", false);
+  one.template operator()<lamport_spsc<0, E>>("lamport-packed", false);
+  one.template operator()<lamport_spsc<64, E>>("lamport-pad64", false);
+  one.template operator()<lamport_spsc<128, E>>("lamport-pad128", false);
+}
+template <regime R>
+void add_spsc_regimes() {
+  add_spsc_regime<R, 1024, item>();
+  add_spsc_regime<R, 65536, item>();
+  add_spsc_regime<R, 1024, item64>();
+  add_spsc_regime<R, 65536, item64>();
+}
+
 template <std::size_t Cap>
 void add_spsc_family() {
   add_spsc<conveyor_spsc>("conveyor", Cap);
@@ -642,6 +722,9 @@ void add_mpmc(const std::string& queue) {
 }
 
 void register_all() {
+  add_spsc_regimes<regime::balanced>();
+  add_spsc_regimes<regime::producer_faster>();
+  add_spsc_regimes<regime::consumer_faster>();
   add_spsc_family<1024>();
   add_spsc_family<65536>();
 

@@ -87,6 +87,13 @@ bool asymmetric_barrier_enabled() noexcept {
 
 // Tests flip this to exercise the portable path on Linux too. A wait_point decides once,
 // when it is constructed: set it before making the rings it should apply to.
+std::atomic<load_judgement>& judged_load() noexcept {
+  // relaxed loads (in wait_slow()): a test switch, set while no thread waits; thread
+  // creation orders it for the threads that wait later.
+  static std::atomic<load_judgement> judged{load_judgement::measured};
+  return judged;
+}
+
 std::atomic<bool>& force_symmetric_barrier() noexcept {
   static std::atomic<bool> forced{false};
   return forced;
@@ -175,7 +182,9 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_p
   const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
   // While other processes take the cores (yields_ paused) the spin is the shortest:
   // the other side is often not running at all. The learned limit is kept for after.
-  const bool loaded = yields_.paused();
+  const load_judgement judged = judged_load().load(std::memory_order_relaxed);
+  const bool measured = judged == load_judgement::measured;
+  const bool loaded = measured ? yields_.paused() : judged == load_judgement::loaded;
   const std::uint32_t spin = loaded ? std::min(limit, min_spin) : limit;
   for (std::uint32_t i = 0; i < spin; ++i) {
     if (pred()) {
@@ -206,7 +215,7 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_p
   wait_clock::time_point before_yield = spun;
   // Let a thread sharing this core make progress first, unless yields have been
   // giving whole time slices away (see yield_policy).
-  const bool may_yield = yields_.may_yield(spun);
+  const bool may_yield = measured && yields_.may_yield(spun);
   if (may_yield) yields_.ended();
   const int yields = may_yield ? 4 : 0;
   for (int i = 0; i < yields; ++i) {
@@ -237,7 +246,8 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_p
     before_yield = after_yield;
   }
   // Under load (see batch_), sleep in batches: let the notifier put the wake-up off.
-  const bool batched = batch_ > 1 && asymmetric_ && yields_.paused();
+  const bool batched =
+      batch_ > 1 && asymmetric_ && (measured ? yields_.paused() : judged == load_judgement::loaded);
   for (;;) {
     // acquire: pairs with the release increment in wake(); if a notifier runs after
     // this read, epoch_ differs and the wait() below returns at once.

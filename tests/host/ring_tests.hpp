@@ -17,7 +17,6 @@
 
 #include "conveyor/base/error.hpp"
 #include "conveyor/base/clock.hpp"
-#include "conveyor/ring/detail/access.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "test_support.hpp"
 
@@ -283,25 +282,17 @@ void hunt_lost_wakeups(bool symmetric_barrier) {
   detail::force_symmetric_barrier().store(false);
 }
 
-// Makes a wait point's waiters behave as under load from other processes: as if a yield
-// had just given away a whole time slice (a synthetic one that ends an hour from now, so
-// the pause lasts through the test). Its sleepers then accept batched wake-ups.
-inline void act_loaded(detail::wait_point& w) {
-  const auto now = std::chrono::steady_clock::now();
-  w.yields().yielded(now, now + std::chrono::hours(1), 0);
-  REQUIRE(w.yields().paused());
-}
-
-// The opposite, whatever the machine's real load: its waiters never yield for the next
-// hour (so none can find a yield lost and pause the wait point) and no pause is on.
-// Without it a test on a loaded machine (CI: two cores, sanitizers, ctest in parallel)
-// may see a waiter judge the load real and sleep as a batched one.
-inline void act_unloaded(detail::wait_point& w) {
-  act_loaded(w);
-  w.yields().ended();
-  REQUIRE_FALSE(w.yields().paused());
-  REQUIRE_FALSE(w.yields().may_yield(std::chrono::steady_clock::now()));
-}
+// While it lives, every wait point judges the machine as `judged` (see
+// detail::load_judgement): loaded, its sleepers accept batched wake-ups; unloaded, they
+// never do, whatever the machine's real load (CI: two cores, sanitizers, ctest in
+// parallel, where a waiter could otherwise judge the load real).
+class judged_load {
+ public:
+  explicit judged_load(detail::load_judgement judged) { detail::judged_load().store(judged); }
+  ~judged_load() { detail::judged_load().store(detail::load_judgement::measured); }
+  judged_load(const judged_load&) = delete;
+  judged_load& operator=(const judged_load&) = delete;
+};
 
 // The hunt above with batched wake-ups (what a ring does under load): both sides' sleepers
 // accept them and both threads put theirs off. Items must still all arrive, and a wake-up
@@ -319,9 +310,8 @@ void hunt_lost_wakeups_batched() {
     const unsigned pause_p = rng() % 4, pause_c = rng() % 4;
     const int stall_at = items > 0 ? static_cast<int>(rng() % static_cast<unsigned>(items)) + 1 : 0;
     Ring<int> ring{capacity};
-    detail::ring_access::batch_wakes(ring);  // as a pipeline's rings
-    act_loaded(detail::ring_access::not_empty(ring));
-    act_loaded(detail::ring_access::not_full(ring));
+    ring.batch_wakeups(static_cast<std::uint32_t>(capacity / 2));  // as a pipeline's rings
+    const judged_load loaded{detail::load_judgement::loaded};
     long sum = 0;
     std::atomic<int> count{0};
     std::thread consumer{[&] {
@@ -395,19 +385,17 @@ void check_positions() {
   }
 }
 
-// The measured blocking pop and push (detail::ring_access, what a pipeline stage with
-// metrics on uses): the same semantics as pop() and push(), plus what the waits cost. A
+// The measured blocking pop and push (what a pipeline stage with metrics on uses): the same semantics as pop() and push(), plus what the waits cost. A
 // wait of ~20 ms for the other side reaches the slow path, whose time is reported (all
 // but the spin) and whose end is a reading taken inside the call; no wait, no cost.
 template <template <class> class Ring>
 void check_measured_waits() {
   using namespace std::chrono_literals;
-  using access = detail::ring_access;
   Ring<int> ring{2};
-  detail::wait_timing none;
+  wait_timing none;
   REQUIRE(ring.try_push(1));
-  REQUIRE(access::pop(ring, nullptr, &none) == std::optional<int>{1});
-  REQUIRE(access::push(ring, 2, &none));
+  REQUIRE(ring.pop(nullptr, &none) == std::optional<int>{1});
+  REQUIRE(ring.push(2, &none));
   CHECK(none.rounds == 0);
   CHECK(none.slow_ns == 0);
   CHECK(none.end_ns == 0);
@@ -423,7 +411,7 @@ void check_measured_waits() {
         REQUIRE(ring.try_push(3));
         REQUIRE(ring.try_push(3));  // full: the push below waits for the other's pop
       }
-      detail::wait_timing t;
+      wait_timing t;
       bool other_ok = false;  // Catch's assertions belong to the test's thread
       std::thread other{[&] {
         std::this_thread::sleep_for(20ms);
@@ -432,9 +420,9 @@ void check_measured_waits() {
       const std::int64_t t0 = conveyor::now_ns();
       if (popping) {
         std::size_t pos = 0;
-        REQUIRE(access::pop(ring, &pos, &t) == std::optional<int>{9});
+        REQUIRE(ring.pop(&pos, &t) == std::optional<int>{9});
       } else {
-        REQUIRE(access::push(ring, 4, &t));
+        REQUIRE(ring.push(4, &t));
         REQUIRE(ring.try_pop() == std::optional<int>{3});
         REQUIRE(ring.try_pop() == std::optional<int>{4});
       }
@@ -456,9 +444,9 @@ void check_measured_waits() {
     CHECK(as_planned);
   }
   ring.close();
-  detail::wait_timing closed;
-  REQUIRE_FALSE(access::pop(ring, nullptr, &closed).has_value());
-  REQUIRE_FALSE(access::push(ring, 5, &closed));
+  wait_timing closed;
+  REQUIRE_FALSE(ring.pop(nullptr, &closed).has_value());
+  REQUIRE_FALSE(ring.push(5, &closed));
 }
 
 }  // namespace conveyor::test

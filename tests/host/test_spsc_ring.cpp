@@ -1,6 +1,5 @@
 // spsc_ring: single-thread semantics, lifetimes, close/drain, wake-ups, a 10M-item
 // in-order stress test and the consumer's view of the size.
-#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 
 #include <catch2/catch.hpp>
@@ -14,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "conveyor/base/cpu_relax.hpp"
 #include "ring_tests.hpp"
 
 using conveyor::spsc_ring;
@@ -85,11 +85,9 @@ TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
   REQUIRE_FALSE(ring.try_pop().has_value());
 }
 
-// drain (for a pipeline stage, through ring_access): f on each element there, in order,
-// up to the bound, stopping where f says so and before a mark; each slot is the
-// producer's again before f runs, as after a pop.
+// drain: f on each element there, in order, up to the bound, stopping where f says so;
+// each slot is the producer's again before f runs, as after a pop.
 TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound") {
-  using conveyor::detail::ring_access;
   spsc_ring<std::unique_ptr<int>> ring{8};
   for (int i = 0; i < 8; ++i) REQUIRE(ring.try_push(std::make_unique<int>(i)));
   std::vector<int> seen;
@@ -98,25 +96,22 @@ TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound") {
     seen.push_back(*p);
     return *p != stop_at;
   };
-  CHECK(ring_access::drain(ring, f, 3) == 3);
+  CHECK(ring.drain(f, 3) == 3);
   CHECK(seen == std::vector<int>{0, 1, 2});
   stop_at = 4;
-  CHECK(ring_access::drain(ring, f, 100) == 2);  // 3, and 4, where f said stop
+  CHECK(ring.drain(f, 100) == 2);  // 3, and 4, where f said stop
   CHECK(seen == std::vector<int>{0, 1, 2, 3, 4});
   for (int i = 8; i < 13; ++i) REQUIRE(ring.try_push(std::make_unique<int>(i)));  // the freed slots
   CHECK_FALSE(ring.try_push(std::make_unique<int>(99)));  // full again
-  CHECK(ring_access::drain(ring, f, 100) == 8);
+  CHECK(ring.drain(f, 100) == 8);
   CHECK(seen.size() == 13);
   CHECK(std::is_sorted(seen.begin(), seen.end()));
   CHECK(seen.back() == 12);
-  CHECK(ring_access::drain(ring, f, 100) == 0);  // empty
+  CHECK(ring.drain(f, 100) == 0);  // empty
   CHECK(ring.size_approx() == 0);
-  // A mark ends a burst; the element after it is the next ring's business.
   REQUIRE(ring.try_push(std::make_unique<int>(13)));
-  REQUIRE(ring_access::try_mark(ring));
-  CHECK(ring_access::drain(ring, f, 100) == 1);
-  CHECK(ring_access::drain(ring, f, 100) == 0);
-  CHECK(ring_access::take_mark(ring));
+  CHECK(ring.drain(f, 0) == 0);  // a bound of 0 takes nothing
+  CHECK(ring.drain(f, 100) == 1);
   CHECK(seen.back() == 13);
   // f may refill the slot its element left (full before the burst).
   for (int i = 0; i < 8; ++i) REQUIRE(ring.try_push(std::make_unique<int>(20 + i)));
@@ -125,13 +120,12 @@ TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound") {
     refilled &= ring.try_push(std::move(p));
     return false;
   };
-  CHECK(ring_access::drain(ring, refill, 8) == 1);
+  CHECK(ring.drain(refill, 8) == 1);
   CHECK(refilled);
   CHECK(ring.size_approx() == 8);
 }
 
 TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in order") {
-  using conveyor::detail::ring_access;
   const std::size_t capacity = GENERATE(2u, 1024u);
   const std::uint64_t n = t::scaled(10'000'000);
   CAPTURE(capacity, n);
@@ -148,7 +142,7 @@ TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in order") {
     return expected % 97 != 0;  // now and then a burst cut short
   };
   for (;;) {
-    if (ring_access::drain(ring, f, 1 + expected % 64) != 0) continue;
+    if (ring.drain(f, 1 + expected % 64) != 0) continue;
     auto v = ring.pop();  // none there: wait for one, as a stage does
     if (!v) break;
     in_order &= (*v == expected++);
@@ -285,7 +279,8 @@ TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
   w.batch_wakes(4);
   std::atomic<bool> done{false};
   std::atomic<int> returned{0};
-  t::act_loaded(w);
+  std::optional<t::judged_load> judged;
+  judged.emplace(conveyor::detail::load_judgement::loaded);
   std::thread waiter{[&] {
     w.wait([&] { return done.load(); });
     returned.fetch_add(1);
@@ -340,11 +335,12 @@ TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
   // not under load, and where it does not batch (a ring the user made).
   for (const bool loaded : {false, true}) {
     wait_point plain;
+    judged.reset();
     if (loaded) {
-      t::act_loaded(plain);
+      judged.emplace(conveyor::detail::load_judgement::loaded);
     } else {
       plain.batch_wakes(4);
-      t::act_unloaded(plain);
+      judged.emplace(conveyor::detail::load_judgement::unloaded);
     }
     done.store(false);
     std::thread plain_waiter{[&] { plain.wait([&] { return done.load(); }); }};

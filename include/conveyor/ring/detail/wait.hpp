@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "conveyor/base/config.hpp"
+#include "conveyor/ring/wait_timing.hpp"
 
 namespace conveyor::detail {
 
@@ -46,6 +47,14 @@ bool asymmetric_barrier_enabled() noexcept;
 // when it is constructed: set it before making the rings it should apply to.
 std::atomic<bool>& force_symmetric_barrier() noexcept;
 
+// How wait points judge the machine's load, for tests that need one behaviour whatever the
+// machine does. measured (the default): by what their yields took (yield_policy).
+// loaded: as if other processes held the cores (no yields, the shortest spins, sleepers
+// accept batched wake-ups). unloaded: as if nothing else ran, and without yields (none can
+// then be found lost). Set it while no thread waits.
+enum class load_judgement : int { measured, loaded, unloaded };
+std::atomic<load_judgement>& judged_load() noexcept;
+
 inline bool use_asymmetric_barrier() noexcept {
   // relaxed: a configuration switch read on every notify; tests change it only while
   // no thread waits or notifies, and thread creation orders the change for them.
@@ -54,16 +63,9 @@ inline bool use_asymmetric_barrier() noexcept {
 
 using wait_clock = std::chrono::steady_clock;
 
-// What blocking waits cost, for a caller that measures its waits (a pipeline stage's
-// probe) without reading the clock around each one, and without waiting any other way
-// than an unmeasured caller would. The spin is counted in rounds (the caller knows what
-// a round costs, from the waits it times itself); the slow path reads the clock anyway,
-// to tune the spin, and hands those readings out. Accumulates over several waits.
-struct wait_timing {
-  std::uint32_t rounds = 0;  // spin rounds (a re-check and a pause each), every wait
-  std::int64_t slow_ns = 0;  // time past the spins: in yields and sleeps
-  std::int64_t end_ns = 0;   // steady clock at the end of the last slow path; 0: none
-};
+// What blocking waits cost (conveyor::wait_timing, public: the rings' blocking calls take
+// one).
+using conveyor::wait_timing;
 
 // Whether a waiter's yields pay on the cores it runs on, learned from what they took.
 // A yield hands the core to another runnable thread until that thread waits or its time
@@ -168,7 +170,7 @@ class wait_point {
   // capacity) have come, the notifier waits itself, or backstop has passed. Each
   // hand-off across threads then costs one sleep and wake per batch instead of per few
   // items, where each wake-up means waiting for a core another process holds. Call
-  // before any thread waits or notifies here (see ring_access::batch_wakes).
+  // before any thread waits or notifies here (see spsc_ring::batch_wakeups()).
   void batch_wakes(std::uint32_t batch) noexcept { batch_ = batch; }
 
   // Blocks until pred() holds. pred reads only atomics the notifier publishes before

@@ -41,16 +41,21 @@
 // asks its producer to move there, grow(false) to move back. The producer moves at its
 // next push that finds the ring full (where a deeper ring pays: one that never fills
 // holds few elements whatever its size; a blocking push() counts too, the stages try
-// first), by leaving a mark in the ring it leaves (spsc_ring's "Marks") and going on in
-// the other. The consumer takes every element before the mark, then the mark, and
-// follows. Each ring is FIFO and the marks chain the stretches, so the order holds
-// however often the producer moves back and forth. The common push (a ring with room)
+// first): it records how many elements it had pushed to the link so far (the switch
+// point), goes on in the other ring, and wakes the consumer in case it sleeps in the
+// ring left. The consumer takes elements from its ring until it has taken as many as the
+// switch point says, then follows. The other ring is empty when the producer moves into
+// it (it moves again only after the consumer has followed), each ring is FIFO, and the
+// switch points chain the stretches, so the order holds however often the producer moves
+// back and forth. The common push (a ring with room)
 // and pop (an element there) cost what they cost on any SPSC link, plus the branch and,
 // for the consumer, its count (popped(): what the positions of its pops count). The
 // pipeline asks a ring to grow where its two stage threads share a CPU (see
 // pipeline.hpp, ring_growth). The reserve is made at the first grow(true), on the
 // caller's thread, and kept until the link goes: a link that never grows costs no more
-// memory than one that cannot.
+// memory than one that cannot. close() and the reserve's making exclude each other (a
+// spin flag, both rare), so a reserve is either made before a close() closes it too, or
+// not made at all: no producer moves into a ring left open after close().
 //
 // Thread-safety: as the ring chosen: with ends{1, 1} one pushing and one popping thread
 // at a time (happens-before ordered if they change); with lanes the same for each end
@@ -69,8 +74,10 @@
 #include <type_traits>
 #include <utility>
 
+#include "conveyor/base/config.hpp"
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/base/thread_group.hpp"
-#include "conveyor/ring/detail/access.hpp"
+#include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 #include "conveyor/stage/detail/envelope.hpp"
@@ -99,19 +106,25 @@ class ring_link {
 
   // @throws config_error unless capacity (and a reserve above it) is a power of two in
   // [2, 2^30]. reserve: the deeper ring an SPSC link may grow into (see "Growing"); none
-  // at or below capacity, below 4 (a mark needs it), or on other links.
+  // at or below capacity, or on other links.
   // Its rings' sleepers accept batched wake-ups under load (see detail::wait_point): the
   // stage threads that put them off end before the link does.
   ring_link(std::size_t capacity, ring_ends ends, std::size_t reserve = 0) {
     if (ends.lanes && !ends.single()) {
       lanes_ = std::make_unique<lane_set>(capacity, ends.pushers, ends.poppers);
     } else if (ends.single()) {
-      ring_access::batch_wakes(spsc_.emplace(capacity));
-      if (reserve > capacity && capacity >= 4)
-        grow_.emplace(reserve, &*spsc_);
+      batch_wakeups(spsc_.emplace(capacity));
+      if (reserve > capacity) grow_.emplace(reserve, &*spsc_);
     } else {
-      ring_access::batch_wakes(mpmc_.emplace(capacity));
+      batch_wakeups(mpmc_.emplace(capacity));
     }
+  }
+
+  // A pipeline's rings let their sleepers accept a wake-up put off for half a ring.
+  template <class Ring>
+  static Ring& batch_wakeups(Ring& ring) noexcept {
+    ring.batch_wakeups(static_cast<std::uint32_t>(ring.capacity() / 2));
+    return ring;
   }
 
   bool is_spsc() const noexcept { return spsc_.has_value(); }
@@ -127,7 +140,7 @@ class ring_link {
     if (deep && grow_->deep.load(std::memory_order_relaxed) == nullptr && !grow_->make_deep())
       return;  // relaxed: only this thread (grow()'s) writes the pointer
     // release: pairs with the producer's acquire in move_wanted(): a producer asked to
-    // move sees the reserve made. The elements themselves follow the marks.
+    // move sees the reserve made. The elements themselves follow the switch points.
     grow_->want_deep.store(deep, std::memory_order_release);
   }
   // The reserve's capacity (capacity() for a link that cannot grow), and the deepest
@@ -172,12 +185,12 @@ class ring_link {
   // take what is there in bursts.
   bool can_drain() const noexcept { return spsc_.has_value(); }
   // The consumer of an SPSC link (can_drain()): f(T&&) on each element there now, up to
-  // max, in order, past marks into the other ring of a growing link; f returns false to
+  // max, in order, past a switch point into the other ring of a growing link; f returns false to
   // stop after its element. How many f was given (0: none there). See spsc_ring::drain.
   template <class F>
   CONVEYOR_HOT_INLINE std::size_t drain(F& f, std::size_t max) noexcept {
     if (grow_) return grow_->drain(f, max);
-    return ring_access::drain(*spsc_, f, max);
+    return spsc_->drain(f, max);
   }
   // Blocks while empty; nullopt only when closed and drained. With timing: adds what its
   // waits cost to *timing (see detail::wait_timing).
@@ -188,22 +201,17 @@ class ring_link {
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (grow_)
-      return grow_->pop_with([&](spsc_ring<T>& r) { return r.pop_until(deadline); }, nullptr);
+    if (grow_) return grow_->pop_until(deadline);
     if (spsc_) return spsc_->pop_until(deadline);
     if (mpmc_) return mpmc_->pop_until(deadline);
     return lanes_->pop_until(0, deadline);
   }
   // Once no thread pushes or pops (after join): any element left, from any lane.
   std::optional<T> take_any() noexcept(std::is_nothrow_move_constructible_v<T>) {
-    if (grow_) {  // both rings, past any marks
-      for (spsc_ring<T>* ring : {&*spsc_, grow_->deep.load(std::memory_order_acquire)}) {
-        if (ring == nullptr) continue;  // no reserve made
-        for (;;) {
+    if (grow_) {  // both rings
+      for (spsc_ring<T>* ring : {&*spsc_, grow_->deep.load(std::memory_order_acquire)})
+        if (ring != nullptr)  // null: no reserve made
           if (auto v = ring->try_pop()) return v;
-          if (!ring_access::take_mark(*ring)) break;
-        }
-      }
       return std::nullopt;
     }
     if (spsc_) return spsc_->try_pop();
@@ -215,11 +223,7 @@ class ring_link {
   }
 
   void close() noexcept {
-    // acquire: pairs with make_deep()'s release; a reserve made after this load is not
-    // closed, but no producer can move into it: it leaves a ring only by a mark, which a
-    // closed ring refuses.
-    if (grow_)
-      if (spsc_ring<T>* deep = grow_->deep.load(std::memory_order_acquire)) deep->close();
+    if (grow_) grow_->close_deep();  // and no reserve is made from now on (see "Growing")
     if (spsc_) return spsc_->close();
     if (mpmc_) return mpmc_->close();
     for (auto& lane : lanes_->rings)
@@ -240,7 +244,7 @@ class ring_link {
     return n;
   }
   std::size_t size_approx() const noexcept {
-    if (grow_) {  // a mark counts as one
+    if (grow_) {
       const spsc_ring<T>* deep = grow_->deep.load(std::memory_order_acquire);
       return spsc_->size_approx() + (deep ? deep->size_approx() : 0);
     }
@@ -258,28 +262,29 @@ class ring_link {
   // The calls of end `end` (a port): with lanes, that end's lane; else the one ring.
   CONVEYOR_HOT_INLINE bool try_push_at(std::size_t end, T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (spsc_) return grow_ ? grow_->in->try_push(std::move(v)) : spsc_->try_push(std::move(v));
+    if (spsc_) return grow_ ? grow_->try_push(std::move(v)) : spsc_->try_push(std::move(v));
     if (mpmc_) return mpmc_->try_push(std::move(v));
     return lanes_->try_push(end, std::move(v));
   }
   template <class... Args>
   CONVEYOR_HOT_INLINE bool try_emplace_at(std::size_t end, Args&&... args) noexcept {
     if (spsc_)
-      return (grow_ ? *grow_->in : *spsc_).try_emplace(std::forward<Args>(args)...);
+      return grow_ ? grow_->try_emplace(std::forward<Args>(args)...)
+                   : spsc_->try_emplace(std::forward<Args>(args)...);
     if (mpmc_) return mpmc_->try_emplace(std::forward<Args>(args)...);
     return lanes_->try_emplace(end, std::forward<Args>(args)...);
   }
   CONVEYOR_HOT_INLINE bool push_at(std::size_t end, T&& v, wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     if (grow_) return grow_->push(std::move(v), timing);
-    if (spsc_) return ring_access::push(*spsc_, std::move(v), timing);
-    if (mpmc_) return ring_access::push(*mpmc_, std::move(v), timing);
+    if (spsc_) return spsc_->push(std::move(v), timing);
+    if (mpmc_) return mpmc_->push(std::move(v), timing);
     return lanes_->push(end, std::move(v), timing);
   }
   CONVEYOR_HOT_INLINE std::optional<T> try_pop_at(std::size_t end, std::size_t* position) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     if (grow_) return grow_->try_pop(position);
-    if (spsc_) return ring_access::take(*spsc_, position);
+    if (spsc_) return spsc_->try_pop(position);
     if (mpmc_) return mpmc_->try_pop(position);
     return lanes_->try_pop(end, position);
   }
@@ -287,8 +292,8 @@ class ring_link {
                                               wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     if (grow_) return grow_->pop(position, timing);
-    if (spsc_) return ring_access::pop(*spsc_, position, timing);
-    if (mpmc_) return ring_access::pop(*mpmc_, position, timing);
+    if (spsc_) return spsc_->pop(position, timing);
+    if (mpmc_) return mpmc_->pop(position, timing);
     return lanes_->pop(end, position, timing);
   }
 
@@ -304,7 +309,7 @@ class ring_link {
         for (std::size_t c = 0; c < C; ++c)
           if (p % g == c % g) {
             rings[p * C + c] = std::make_unique<spsc_ring<T>>(capacity);
-            ring_access::batch_wakes(*rings[p * C + c]);
+            batch_wakeups(*rings[p * C + c]);
           }
       for (std::size_t p = 0; p < P; ++p) pushed[p].lane = p % C;
       for (std::size_t c = 0; c < C; ++c) {
@@ -345,13 +350,13 @@ class ring_link {
     }
     bool push(std::size_t p, T&& v, wait_timing* timing) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
-      if (!ring_access::push(push_lane(p), std::move(v), timing)) return false;
+      if (!push_lane(p).push(std::move(v), timing)) return false;
       pushed_one(p);
       return true;
     }
     std::optional<T> try_pop(std::size_t c, std::size_t* position) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
-      auto v = ring_access::take(pop_lane(c), nullptr);
+      auto v = pop_lane(c).try_pop();
       if (v) popped_one(c, position);
       return v;
     }
@@ -359,7 +364,7 @@ class ring_link {
     // element does not exist then: its pusher has pushed everything it will.
     std::optional<T> pop(std::size_t c, std::size_t* position, wait_timing* timing) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
-      auto v = ring_access::pop(pop_lane(c), nullptr, timing);
+      auto v = pop_lane(c).pop(nullptr, timing);
       if (v) popped_one(c, position);
       return v;
     }
@@ -376,118 +381,169 @@ class ring_link {
   };
 
   // A link that can grow: the reserve, and which ring each side uses now (each side's
-  // pointer on a line of its own: it reads it on every call, the other side never).
+  // state on a line of its own: it reads it on every call, the other side never).
   // position: for an SPSC link, how many elements were popped before (counted here:
   // each ring counts only its own).
   struct grow_set {
+    static constexpr std::size_t no_switch = ~std::size_t{0};
+
     grow_set(std::size_t reserve_slots, spsc_ring<T>* shallow)
         : reserve(reserve_slots), shallow_(shallow), in(shallow), out(shallow) {}
 
-    // grow()'s thread: makes the reserve and publishes it; false when out of memory.
+    // grow()'s thread: makes the reserve and publishes it; false when out of memory or
+    // after close() (see "Growing").
     bool make_deep() noexcept {
-      try {
-        made_ = std::make_unique<spsc_ring<T>>(reserve);
-      } catch (...) {
-        return false;
+      lock();
+      if (!closing_) {
+        try {
+          made_ = std::make_unique<spsc_ring<T>>(reserve);
+          batch_wakeups(*made_);
+          // release: pairs with the acquire loads of deep; the ring is constructed.
+          deep.store(made_.get(), std::memory_order_release);
+        } catch (...) {
+        }
       }
-      ring_access::batch_wakes(*made_);
-      // release: pairs with the acquire loads of deep; the ring is constructed.
-      deep.store(made_.get(), std::memory_order_release);
-      return true;
+      unlock();
+      return made_ != nullptr;
     }
-    // The ring a side goes on in after a mark in `from`. The reserve exists: a side
-    // leaves the first ring for it only after the producer saw it made.
+    // close()'s: closes the reserve if made, and no reserve is made after it.
+    void close_deep() noexcept {
+      lock();
+      closing_ = true;
+      // relaxed: written under the same flag, by make_deep().
+      if (spsc_ring<T>* d = deep.load(std::memory_order_relaxed)) d->close();
+      unlock();
+    }
+    // acquire: pairs with unlock()'s release; the previous holder's writes are visible.
+    void lock() noexcept {
+      while (guard_.exchange(true, std::memory_order_acquire)) cpu_relax();
+    }
+    void unlock() noexcept { guard_.store(false, std::memory_order_release); }
+
+    // The ring a side goes on in after the one it is in.
     spsc_ring<T>* other(spsc_ring<T>* from) const noexcept {
-      // acquire: pairs with make_deep()'s release (for the consumer, the producer's mark
-      // and its own acquire of the request already order it).
+      // acquire: pairs with make_deep()'s release (the producer moves only after it saw
+      // the reserve; the consumer follows the producer's switch point, whose release
+      // store comes after it).
       return from == shallow_ ? deep.load(std::memory_order_acquire) : shallow_;
     }
 
     // The producer's push after its try found the ring full (or a blocking push() of
-    // its own): where it is asked to move, it leaves the mark (waiting for the slot the
-    // mark needs) and goes on in the other ring; else it waits for room.
+    // its own): where it is asked to move, and the consumer has followed its last move,
+    // it moves (see "Growing"); else it waits for room.
     bool push(T&& v, wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
-      for (;;) {
-        if (move_wanted() && ring_access::try_mark(*in)) {
-          in = other(in);
-          // relaxed: a statistic (deepest()).
-          if (in != shallow_) grew.store(true, std::memory_order_relaxed);
-          continue;  // the other ring may still be full: the consumer has not left it
-        }
-        if (in->try_push(std::move(v))) return true;  // moves v only when it succeeds
-        if (!ring_access::wait_room(*in, timing)) return false;  // closed
+      if (move_wanted() && followed()) {
+        spsc_ring<T>* left = in;
+        // release: pairs with the consumer's acquire in at_switch(); every element pushed
+        // to the ring left (each published by that ring's own release) is visible to a
+        // consumer that sees the switch point.
+        switch_at.store(pushed, std::memory_order_release);
+        in = other(in);
+        // relaxed: a statistic (deepest()).
+        if (in != shallow_) grew.store(true, std::memory_order_relaxed);
+        left->wake_consumer();  // it may sleep in the ring left, waiting for no more
       }
+      if (!in->push(std::move(v), timing)) return false;  // closed: v dropped
+      ++pushed;
+      return true;
+    }
+    CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+      if (!in->try_push(std::move(v))) return false;
+      ++pushed;
+      return true;
+    }
+    template <class... Args>
+    CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
+      if (!in->try_emplace(std::forward<Args>(args)...)) return false;
+      ++pushed;
+      return true;
     }
     bool move_wanted() const noexcept {
       // acquire: pairs with grow()'s release: asked to move, the producer sees the reserve.
       return want_deep.load(std::memory_order_acquire) != (in != shallow_);
     }
+    // The producer: the consumer has followed its last move (the other ring is empty).
+    bool followed() const noexcept {
+      // acquire: pairs with the consumer's release in follow(); it has left the other
+      // ring, and taken all it held.
+      return switch_at.load(std::memory_order_acquire) == no_switch;
+    }
 
-    // The consumer: the next element, past a mark into the other ring. Inlined into the
-    // stage's loop like spsc_ring's take() (see there), the marks out of line. One
-    // optional, returned by name from every path, so the compiler builds it in place:
-    // returned from one path while another returned a second object, it was moved into
-    // the result and then destroyed on every pop (perf: an out-of-line reset).
+    // The consumer: the next element, past a switch point into the other ring. Inlined
+    // into the stage's loop, the switch out of line.
     CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
-      std::optional<T> v = ring_access::take(*out, nullptr);
+      std::optional<T> v = out->try_pop();
       if (v) [[likely]]
         counted(position);
       else
-        past_marks(v, position);
+        past_switch(v, position);
       return v;
     }
-    [[gnu::noinline]] void past_marks(std::optional<T>& v, std::size_t* position) noexcept(
+    [[gnu::noinline]] void past_switch(std::optional<T>& v, std::size_t* position) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
-      while (ring_access::take_mark(*out)) {
-        follow();
-        if (std::optional<T> w = ring_access::take(*out, nullptr)) {
-          v.emplace(std::move(*w));
-          counted(position);
-          return;
-        }
+      if (at_switch()) follow();
+      // After the acquire in at_switch(), the elements before a switch point still to
+      // come are visible: they, or the other ring's first, may be there now.
+      if (std::optional<T> w = out->try_pop()) {
+        v.emplace(std::move(*w));
+        counted(position);
       }
     }
+    // The consumer: whether it has taken every element before a switch point the
+    // producer left (the ring it is in is then empty for good).
+    bool at_switch() const noexcept {
+      // acquire: pairs with the producer's release store in push().
+      return switch_at.load(std::memory_order_acquire) ==
+             popped.load(std::memory_order_relaxed);  // relaxed: the consumer's own count
+    }
+    void follow() noexcept {
+      out = other(out);
+      // release: pairs with the producer's acquire in followed(); the consumer is done
+      // with the ring it left.
+      switch_at.store(no_switch, std::memory_order_release);
+    }
+
     std::optional<T> pop(std::size_t* position, wait_timing* timing) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
-      return pop_with([&](spsc_ring<T>& r) { return ring_access::pop(r, nullptr, timing); },
-                      position);
-    }
-    // A blocking pop that follows the marks: pop_from(ring) waits in one ring (nullopt:
-    // closed and drained, or its deadline passed); past a mark it goes on in the other.
-    template <class PopFrom>
-    std::optional<T> pop_with(PopFrom&& pop_from, std::size_t* position) noexcept(
-        std::is_nothrow_move_constructible_v<T>) {
       for (;;) {
-        if (auto v = pop_from(*out)) {
+        if (auto v = out->pop_unless([this] { return at_switch(); }, nullptr, timing)) {
           counted(position);
           return v;
         }
-        if (!ring_access::take_mark(*out)) return std::nullopt;  // closed and drained (or late)
+        if (!at_switch()) return std::nullopt;  // closed and drained
         follow();
+      }
+    }
+    std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
+        std::is_nothrow_move_constructible_v<T>) {
+      for (;;) {
+        if (at_switch()) follow();
+        if (auto v = out->pop_until(deadline)) {
+          counted(nullptr);
+          return v;
+        }
+        if (!at_switch()) return std::nullopt;  // closed and drained, or late
       }
     }
     // The consumer's burst (ring_link::drain), counted like its pops.
     template <class F>
     CONVEYOR_HOT_INLINE std::size_t drain(F& f, std::size_t max) noexcept {
-      std::size_t n = ring_access::drain(*out, f, max);
+      std::size_t n = out->drain(f, max);
       if (n == 0) [[unlikely]]
-        n = drain_past_marks(f, max);
+        n = drain_past_switch(f, max);
       // relaxed: the consumer's own count, as in counted().
       popped.store(popped.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
       return n;
     }
-    // None there: past the marks, a burst in the ring they lead to (out of line, as
-    // past_marks()).
+    // None there: past a switch point, a burst in the ring it leads to (out of line, as
+    // past_switch()).
     template <class F>
-    [[gnu::noinline]] std::size_t drain_past_marks(F& f, std::size_t max) noexcept {
-      while (ring_access::take_mark(*out)) {
-        follow();
-        if (const std::size_t n = ring_access::drain(*out, f, max)) return n;
-      }
-      return 0;
+    [[gnu::noinline]] std::size_t drain_past_switch(F& f, std::size_t max) noexcept {
+      if (!at_switch()) return 0;
+      follow();
+      return out->drain(f, max);
     }
-    void follow() noexcept { out = other(out); }
     // One more element taken; position: how many were taken before it.
     CONVEYOR_HOT_INLINE void counted(std::size_t* position) noexcept {
       // relaxed: the consumer's own count (it alone writes it), read by others as a
@@ -503,7 +559,13 @@ class ring_link {
     spsc_ring<T>* const shallow_;
     std::atomic<bool> want_deep{false};
     std::atomic<bool> grew{false};
+    std::atomic<bool> guard_{false};  // make_deep() against close_deep()
+    bool closing_ = false;            // under guard_
+    // The producer's count of elements pushed to the link when it last moved; no_switch
+    // once the consumer has followed.
+    alignas(cache_line_size) std::atomic<std::size_t> switch_at{no_switch};
     alignas(cache_line_size) spsc_ring<T>* in;  // the producer's
+    std::size_t pushed = 0;                      // the producer's count
     alignas(cache_line_size) spsc_ring<T>* out;  // the consumer's
     std::atomic<std::size_t> popped{0};          // written by the consumer only
   };
