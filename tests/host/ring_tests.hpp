@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -98,6 +100,50 @@ void check_lifetimes() {
   }
   CHECK(counted::live.load() == 0);  // elements left inside died with the ring
 }
+
+// An element whose next copy, move or construction from an int can be told to throw,
+// counting the objects alive and every move made: what the rings' exception guarantees
+// and their one move per pop are checked with.
+struct fragile {
+  static inline std::atomic<long> live{0};
+  static inline std::atomic<long> moves{0};
+  // The next operation of that kind throws (and clears its flag).
+  static inline bool throw_on_make = false, throw_on_copy = false, throw_on_move = false;
+
+  explicit fragile(int v) : value(v) {
+    fail_if(throw_on_make);
+    ++live;
+  }
+  fragile(const fragile& o) : value(o.value) {
+    fail_if(throw_on_copy);
+    ++live;
+  }
+  fragile(fragile&& o) noexcept(false) : value(o.value) {
+    fail_if(throw_on_move);
+    ++moves;
+    ++live;
+  }
+  fragile& operator=(const fragile&) = delete;
+  ~fragile() { --live; }
+
+  static void fail_if(bool& flag) {
+    if (!flag) return;
+    flag = false;
+    throw std::runtime_error("fragile: told to throw");
+  }
+  int value;
+
+ protected:
+  struct never_throws {};
+  fragile(int v, never_throws) noexcept : value(v) { ++live; }
+};
+
+// The same with a move that never throws: only its copies and constructions can.
+struct fragile_copy : fragile {
+  using fragile::fragile;
+  fragile_copy(const fragile_copy&) = default;
+  fragile_copy(fragile_copy&& o) noexcept : fragile(o.value, never_throws{}) { ++moves; }
+};
 
 // try_emplace builds the element in its slot from the arguments, and leaves them alone
 // when it fails (full or closed), so the caller can still push them another way.

@@ -222,3 +222,79 @@ TEST_CASE("mpmc_ring: pop reports each element's position in push order") {
 TEST_CASE("mpmc_ring: measured pop and push report what their waits cost") {
   t::check_measured_waits<mpmc_ring>();
 }
+
+// The exception guarantees in mpmc_ring.hpp. A throwing construction must not wedge the
+// ring: pushing 0, 1, a throwing 2, then 3 gives 0, 1, 3 to the consumers, and once
+// closed, pop() ends. A throwing move on pop frees the slot (nothing leaks, the ring
+// keeps its capacity). Every pop moves its element once.
+TEST_CASE("mpmc_ring: throwing copies, moves and constructions keep the ring whole") {
+  using t::fragile;
+  using t::fragile_copy;
+  fragile::live.store(0);
+  {
+    // A copy that throws, with a move that cannot: nothing claimed, positions stay dense.
+    mpmc_ring<fragile_copy> ring{4};
+    const fragile_copy one{1};
+    REQUIRE(ring.try_push(fragile_copy{0}));
+    fragile::throw_on_copy = true;
+    REQUIRE_THROWS_AS(ring.try_push(one), std::runtime_error);
+    REQUIRE(ring.try_push(one));
+    std::size_t pos = 99;
+    CHECK(ring.try_pop(&pos)->value == 0);
+    CHECK(pos == 0);
+    CHECK(ring.try_pop(&pos)->value == 1);
+    CHECK(pos == 1);
+  }
+  CHECK(fragile::live.load() == 0);
+  {
+    mpmc_ring<fragile> ring{4};
+    REQUIRE(ring.try_emplace(0));
+    REQUIRE(ring.try_emplace(1));
+    fragile::throw_on_make = true;
+    REQUIRE_THROWS_AS(ring.try_emplace(2), std::runtime_error);  // a hole at position 2
+    REQUIRE(ring.try_emplace(3));
+    std::vector<int> got;
+    std::vector<std::size_t> positions;
+    for (int i = 0; i < 3; ++i) {
+      std::size_t pos = 99;
+      auto v = ring.try_pop(&pos);
+      REQUIRE(v);
+      got.push_back(v->value);
+      positions.push_back(pos);
+    }
+    CHECK(got == std::vector<int>{0, 1, 3});
+    CHECK(positions == std::vector<std::size_t>{0, 1, 3});  // 2 is the hole
+    CHECK_FALSE(ring.try_pop());
+    CHECK(ring.size_approx() == 0);
+    // A hole just before the close: pop() skips it and ends.
+    REQUIRE(ring.try_emplace(5));
+    fragile::throw_on_make = true;
+    REQUIRE_THROWS_AS(ring.try_emplace(6), std::runtime_error);
+    ring.close();
+    CHECK(ring.pop()->value == 5);
+    CHECK_FALSE(ring.pop().has_value());
+  }
+  CHECK(fragile::live.load() == 0);
+  {
+    // A throwing move in a push's slot (push(T) moves its argument into the slot) and a
+    // throwing move on pop: holes and lost elements, but every slot comes back.
+    mpmc_ring<fragile> ring{4};
+    for (int lap = 0; lap < 3; ++lap) {
+      for (int i = 0; i < 4; ++i) REQUIRE(ring.try_emplace(i));
+      fragile::throw_on_move = true;
+      REQUIRE_THROWS_AS(ring.try_pop(), std::runtime_error);  // element 0 lost, slot freed
+      fragile::moves.store(0);
+      for (int i = 1; i < 4; ++i) REQUIRE(ring.try_pop()->value == i);
+      CHECK(fragile::moves.load() == 3);  // one move per pop
+      CHECK(ring.size_approx() == 0);
+    }
+    fragile arg{7};
+    fragile::throw_on_move = true;  // the move into the slot, inside try_push
+    REQUIRE_THROWS_AS(ring.try_push(std::move(arg)), std::runtime_error);
+    CHECK_FALSE(ring.try_pop());  // skips the hole: nothing there, and its slot is back
+    for (int i = 0; i < 4; ++i) REQUIRE(ring.try_emplace(10 + i));
+    for (int i = 0; i < 2; ++i) REQUIRE(ring.try_pop());
+    // Two left inside when the ring goes.
+  }
+  CHECK(fragile::live.load() == 0);
+}

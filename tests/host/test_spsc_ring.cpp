@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "conveyor/base/cpu_relax.hpp"
@@ -390,4 +391,61 @@ TEST_CASE("spsc_ring: the consumer never reads a size below what it has taken") 
   }
   producer.join();
   CHECK(nonzero == 0);
+}
+
+// The exception guarantees in spsc_ring.hpp: a push whose construction throws adds
+// nothing; a pop whose move throws leaves the element where it was; every pop moves its
+// element once; nothing leaks, across laps and with elements left at destruction.
+TEST_CASE("spsc_ring: throwing copies, moves and constructions keep the ring whole") {
+  using t::fragile;
+  fragile::live.store(0);
+  {
+    spsc_ring<fragile> ring{4};
+    const fragile one{1};
+    REQUIRE(ring.try_push(fragile{0}));
+    fragile::throw_on_copy = true;
+    REQUIRE_THROWS_AS(ring.try_push(one), std::runtime_error);  // the copy threw
+    fragile::throw_on_make = true;
+    REQUIRE_THROWS_AS(ring.try_emplace(9), std::runtime_error);
+    CHECK(ring.size_approx() == 1);
+    REQUIRE(ring.try_push(one));
+    REQUIRE(ring.try_emplace(2));
+    // A pop whose move throws: the element stays, and comes out next time.
+    fragile::throw_on_move = true;
+    REQUIRE_THROWS_AS(ring.try_pop(), std::runtime_error);
+    CHECK(ring.size_approx() == 3);
+    fragile::moves.store(0);
+    auto v = ring.try_pop();
+    REQUIRE(v);
+    CHECK(v->value == 0);
+    CHECK(fragile::moves.load() == 1);  // from the slot into the optional, once
+    fragile::throw_on_move = true;
+    REQUIRE_THROWS_AS(ring.pop(), std::runtime_error);
+    fragile::moves.store(0);
+    auto w = ring.pop();
+    REQUIRE(w);
+    CHECK(w->value == 1);
+    CHECK(fragile::moves.load() == 1);  // from the slot into the optional, once
+    // A burst whose move throws: the elements before it were handed over, it stays.
+    REQUIRE(ring.try_emplace(3));
+    REQUIRE(ring.try_emplace(4));
+    std::vector<int> seen;
+    bool arm = true;  // f makes the next element's move throw
+    const auto f = [&](fragile&& e) noexcept {
+      seen.push_back(e.value);
+      fragile::throw_on_move = std::exchange(arm, false);
+      return true;
+    };
+    REQUIRE_THROWS_AS(ring.drain(f, 8), std::runtime_error);
+    CHECK(seen == std::vector<int>{2});
+    CHECK(ring.drain(f, 8) == 2);
+    CHECK(seen == std::vector<int>{2, 3, 4});
+    // Laps, then elements left inside when the ring goes.
+    for (int i = 0; i < 9; ++i) {
+      REQUIRE(ring.try_emplace(10 + i));
+      if (i % 3 != 2) REQUIRE(ring.try_pop());
+    }
+    CHECK(ring.size_approx() == 3);
+  }
+  CHECK(fragile::live.load() == 0);
 }
