@@ -3,7 +3,7 @@
 # Each case is an EXCLUDE_FROM_ALL object library compiled with the project's own flags
 # (warnings, -Werror, sanitizers), so it is checked in every build configuration; its test
 # builds it through `cmake --build` and expect_fail.cmake judges result and output.
-# Included from tests/pipeline.cmake.
+# Included from tests/CMakeLists.txt.
 
 set(_conveyor_cf_dir ${CMAKE_CURRENT_LIST_DIR})
 

@@ -6,9 +6,9 @@
 # Each consumer under tests/cmake/ is configured, built and run by ctest --build-and-test
 # with this build's generator, make program, C++ compiler and build type (and CUDA
 # compiler/toolkit when CUDA is on). The consumers are plain builds even in
-# CONVEYOR_SANITIZE configurations: the sanitizer flags are conveyor's own directory
-# options and are not exported, which is what a user gets too, so these tests run (and
-# must pass) in the TSan and ASan/UBSan build directories unchanged.
+# CONVEYOR_SANITIZE configurations; a sanitized conveyor library brings its sanitizer's
+# runtime to their link (the exported link option), so these tests run (and must pass)
+# in the TSan and ASan/UBSan build directories unchanged.
 set(_pkg_dir ${CMAKE_CURRENT_BINARY_DIR}/packaging)
 set(_pkg_prefix ${_pkg_dir}/prefix)
 set(_pkg_timeout 600)  # configure + build of a small project; CUDA detection is the slow part
