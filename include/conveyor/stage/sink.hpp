@@ -108,8 +108,7 @@ class terminal_node {
       // Batches reach only a source pipeline's sinks, whose times stay put. Per item a
       // test on registers; the lookup and the record, for timed items only, out of line:
       // inline, with the test reading control every item, they made a sink of trivial
-      // items the slowest stage of its core with metrics on (benchmarks/RESULTS.md,
-      // "The sink's latency sample").
+      // items the slowest stage of its core with metrics on.
       control::entry_time single{};
       if (timed && metas.empty() && (every_item || latency_sample_weight(meta.id) != 0))
           [[unlikely]]

@@ -145,7 +145,7 @@ class source_node {
       // entered: the end of the call; timed for a sample of the items (see
       // latency_sample_weight), its time kept in control for the terminal stage (the
       // push below publishes it). Per item a test on registers, the rest out of line
-      // (as in the sink: benchmarks/RESULTS.md, "The sink's latency sample").
+      // (as in the sink).
       if (timed && latency_sample_weight(seq) != 0) [[unlikely]]
         sampled(seq);
       const item_meta meta{seq++};

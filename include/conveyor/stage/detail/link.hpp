@@ -21,7 +21,7 @@
 //
 // Lanes: an ordered map with W workers does not need to share one ring among them and
 // restore the order behind them (an MPMC claim, a reorder slot and an emitter handover
-// per item, each a contended cache line: 3/4 of such a map's samples, perf). Where the
+// per item, each a contended cache line). Where the
 // stage before it deals items in order (one pushing thread, or another such map) and the
 // stage after it takes them in order (one popping thread, or another such map), the hop
 // is ends{P, C, .lanes = true}: P x C spsc_rings, and element n (counted from 0 over
