@@ -199,7 +199,7 @@ TEST_CASE("models reference: cpu_mlp in a conveyor pipeline matches the referenc
   const cm::precision prec = GENERATE(cm::precision::fp32, cm::precision::fp16, cm::precision::bf16);
   CAPTURE(cm::to_string(prec));
   const cm::mlp_shape shape{.input = 48, .hidden = 32, .layers = 3, .classes = 7};
-  const std::size_t max_batch = 16, items = 600, lanes = 2;
+  constexpr std::size_t max_batch = 16, items = 600, lanes = 2;
   cm::cpu_mlp model{{.shape = shape, .prec = prec, .seed = 5, .lanes = lanes, .max_items = max_batch}};
 
   struct result {
@@ -253,7 +253,7 @@ TEST_CASE("models reference: cpu_mlp in a conveyor pipeline matches the referenc
 
   std::vector<result> got;
   conveyor::pipeline p{
-      conveyor::source([i = std::uint64_t{0}, items, &shape]() mutable -> std::optional<image> {
+      conveyor::source([i = std::uint64_t{0}, &shape]() mutable -> std::optional<image> {
         if (i == items) return std::nullopt;
         image im{i, std::vector<std::uint8_t>(shape.input)};
         cm::make_pixels(i++, im.px);

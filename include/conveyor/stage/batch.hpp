@@ -120,7 +120,7 @@ class batch_node {
         break;
       }
       probe.occupancy(*in_);
-      envelope<out_type> b{{}, first->meta, {}};
+      envelope<out_type> b{out_type{}, first->meta, {}};
       b.value.reserve(max);
       b.metas.reserve(max);
       add(b, std::move(*first));

@@ -509,8 +509,8 @@ TEST_CASE("pipeline: placement by load is not fooled by a stage that runs ahead"
   // thirds of it. The slow stage must end up on a CPU of its own.
   constexpr int n = 600;
   std::vector<int> first_cpus, slow_cpus, last_cpus;
-  const auto stage = [n](std::chrono::microseconds cost, std::vector<int>& cpus) {
-    return [n, cost, &cpus](int x) {
+  const auto stage = [](std::chrono::microseconds cost, std::vector<int>& cpus) {
+    return [cost, &cpus](int x) {
       test::burn_thread_cpu(cost);
       if (x == n - 1) cpus = my_cpus();
       return x;

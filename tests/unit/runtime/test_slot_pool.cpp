@@ -254,16 +254,16 @@ TEST_CASE("slot_pool with jitter: releasing without the lane's event is caught a
 #endif
 
 TEST_CASE("slot_pool: acquire, release and stream work allocate nothing after construction") {
-  constexpr std::size_t k = 32;
+  constexpr std::size_t per_slot = 32;
   const std::uint64_t at_start = allocations.load(std::memory_order_relaxed);
-  pool_t pool{3, k, k};
+  pool_t pool{3, per_slot, per_slot};
   REQUIRE(allocations.load(std::memory_order_relaxed) > at_start);  // the counter counts
   host::stream lane{host::jitter{5, 5us}};
   host::event done;
   std::uint64_t sum = 0;  // lane thread only, until synchronize()
   auto one_batch = [&](std::uint64_t b) {
     pool_t::slot* s = pool.acquire();
-    for (std::size_t j = 0; j < k; ++j) s->pinned_in[j] = b + j;
+    for (std::size_t j = 0; j < per_slot; ++j) s->pinned_in[j] = b + j;
     copy_async(s->device_in, s->pinned_in, lane);
     memset_async(s->device_out, 0, lane);
     copy_async(s->device_out, s->device_in, lane);
@@ -285,7 +285,7 @@ TEST_CASE("slot_pool: acquire, release and stream work allocate nothing after co
   const std::uint64_t after = allocations.load(std::memory_order_relaxed);
   REQUIRE(after == before);
   std::uint64_t expected = 0;
-  for (std::uint64_t b = 0; b <= batches; ++b) expected += k * b + k * (k - 1) / 2;
+  for (std::uint64_t b = 0; b <= batches; ++b) expected += per_slot * b + per_slot * (per_slot - 1) / 2;
   REQUIRE(sum == expected);
 }
 

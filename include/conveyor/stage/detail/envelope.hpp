@@ -95,6 +95,14 @@ static_assert(sizeof(meta_list) == sizeof(void*));
 // carries its own (meta) and leaves metas empty, so it costs no allocation.
 template <class T>
 struct envelope {
+  // A constructor, not aggregate initialization: a ring builds the envelope in its slot
+  // with parentheses, which compilers before C++20's P0960 (clang < 16) do not accept for
+  // an aggregate.
+  template <class V>
+    requires std::is_constructible_v<T, V&&>
+  envelope(V&& v, item_meta m, meta_list ms) noexcept(std::is_nothrow_constructible_v<T, V&&>)
+      : value(std::forward<V>(v)), meta(m), metas(std::move(ms)) {}
+
   T value;
   item_meta meta;
   meta_list metas;

@@ -51,6 +51,7 @@ using model_t = typename model_for<R>::type;
 template <class R, class Model>
 auto lane_streams(Model& model) {
   return [&model](std::size_t lane) {
+    static_cast<void>(model);  // used only where the model binds
     typename R::stream s;
     if constexpr (requires { model.bind(lane, s); }) model.bind(lane, s);
     return s;
