@@ -17,7 +17,7 @@ std::unique_ptr<metrics::trace_buffer> make_trace(bool measure, std::size_t even
   return std::make_unique<metrics::trace_buffer>(events);
 }
 
-std::string describe(std::exception_ptr e) {
+std::string describe(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& ex) {

@@ -64,6 +64,7 @@ void pipeline_core::start(const std::function<void(thread_group&)>& spawn) {
   if (started_) throw closed_error("conveyor::pipeline: start() called twice");
   started_ = true;
   std::vector<const metrics::stage_stats*> chain;
+  chain.reserve(infos_.size());
   for (const stage_info& i : infos_) chain.push_back(i.stats);
   placed_->set_chain(std::move(chain));
   start_ns_ = now_ns();  // a placeholder should spawning throw

@@ -40,7 +40,7 @@ class closed_error : public error {
 
 class cuda_error : public error {
  public:
-  cuda_error(std::string api, int code, std::string code_name, std::string message,
+  cuda_error(std::string api, int code, std::string code_name, const std::string& message,
              const char* file, int line)
       : error(format(api, code, code_name, message, file, line)),
         api_(std::move(api)),

@@ -109,7 +109,8 @@ class mpmc_ring {
   // @note blocks the calling thread.
   bool push(T v, wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
-      if (emplace(std::move(v))) return true;  // moves v only when it succeeds
+      // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
+      if (emplace(std::move(v))) return true;
       if (closed()) return false;
       not_full_.wait([this] {
         const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);

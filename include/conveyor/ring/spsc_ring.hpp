@@ -98,7 +98,8 @@ class spsc_ring {
   // @note blocks the calling (producer) thread.
   bool push(T v, wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
-      if (emplace(std::move(v))) return true;  // moves v only when it succeeds
+      // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
+      if (emplace(std::move(v))) return true;
       if (closed()) return false;
       not_full_.wait([this] { return has_room() || closed(); }, timing);
     }

@@ -45,7 +45,7 @@ inline std::string cuda_api_name(std::string_view expr) {
   std::string message = cudaGetErrorString(status);
   if (!context.empty()) message = std::string(context) + ": " + message;
   throw cuda_error(cuda_api_name(expr), static_cast<int>(status), cudaGetErrorName(status),
-                   std::move(message), file, line);
+                   message, file, line);
 }
 
 [[noreturn]] inline void throw_cublas_error(cublasStatus_t status, std::string_view expr,

@@ -234,6 +234,7 @@ class host_stream_state {
   void run() noexcept {
     while (std::optional<host_task> task = queue_.pop()) {
       if (jitter_on_) delay();
+      // NOLINTNEXTLINE(bugprone-unchecked-optional-access): the loop's condition checked it
       (*task)(*this);
     }
   }

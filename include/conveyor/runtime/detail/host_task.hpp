@@ -32,10 +32,12 @@ class host_task {
 
   host_task() noexcept = default;
 
+  // The constraint keeps the copy and move constructors visible (the check below does
+  // not read it).
   template <class F>
     requires(!std::is_same_v<std::remove_cvref_t<F>, host_task> &&
              std::is_invocable_v<std::decay_t<F>&, host_stream_state&>)
-  explicit host_task(F&& f) {
+  explicit host_task(F&& f) {  // NOLINT(bugprone-forwarding-reference-overload)
     using D = std::decay_t<F>;
     if constexpr (fits_inline<D>) {
       ::new (static_cast<void*>(buf_)) D(std::forward<F>(f));

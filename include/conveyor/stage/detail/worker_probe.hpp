@@ -81,8 +81,9 @@ class worker_probe {
   template <class Ring, class T>
     requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
   CONVEYOR_HOT_INLINE bool push(Ring& out, T&& v) {
-    if (out.try_push(std::move(v))) return true;  // moves v only when it succeeds
-    return wait_as(wait_for::room, [&](wait_timing* t) { return out.push(std::move(v), t); });
+    if (out.try_push(std::forward<T>(v))) return true;  // moves v only when it succeeds
+    return wait_as(wait_for::room,
+                   [&](wait_timing* t) { return out.push(std::forward<T>(v), t); });
   }
   // As push(out, T(args...)), but when there is room (the common case) the element is
   // constructed in the ring's slot: no temporary envelope between the stage and the ring.

@@ -26,11 +26,12 @@ class worker_registry {
   // The calling thread, registered by enter(), ends its loop.
   virtual void leave() noexcept = 0;
 
+  virtual ~worker_registry() = default;
+
  protected:
   worker_registry() = default;
   worker_registry(const worker_registry&) = default;
   worker_registry& operator=(const worker_registry&) = default;
-  ~worker_registry() = default;
 };
 
 // A worker's registration for as long as it lives; construct it on the worker's thread.
