@@ -7,3 +7,7 @@ if(TARGET gpu_tests AND TARGET conveyor_models)
   target_sources(gpu_tests PRIVATE gpu/test_models.cpp)
   target_link_libraries(gpu_tests PRIVATE conveyor_models)
 endif()
+
+# Fashion-MNIST's IDX reader and the trained weights' file, on small files the test writes.
+conveyor_host_test(test_fashion_mnist host/test_fashion_mnist.cpp)
+target_link_libraries(test_fashion_mnist PRIVATE conveyor_models_ref)
