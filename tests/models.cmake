@@ -4,7 +4,7 @@ conveyor_host_test(test_models_reference host/test_models_reference.cpp)
 target_link_libraries(test_models_reference PRIVATE conveyor_models_ref)
 
 if(TARGET gpu_tests AND TARGET conveyor_models)
-  target_sources(gpu_tests PRIVATE gpu/test_models.cpp)
+  target_sources(gpu_tests PRIVATE gpu/test_models.cpp gpu/test_trained_mlp.cpp)
   target_link_libraries(gpu_tests PRIVATE conveyor_models)
 endif()
 
