@@ -88,7 +88,7 @@ struct mlp_options {
   std::size_t workspace_bytes = std::size_t{4} << 20;  // mlp (CUDA) only: cuBLAS workspace per lane
   // Trained weights (load_mlp in mlp_file.hpp), whose shape must be `shape`; null: the
   // seeded random ones, make_weights(shape, seed).
-  std::shared_ptr<const mlp_weights> weights;
+  std::shared_ptr<const mlp_weights> weights{};
 };
 
 // Row-major weights: w[l] is out_features(l) x in_features(l), b[l] is out_features(l).
