@@ -126,12 +126,18 @@ def pipeline(m):
             own = (ips.get(f"{rt}/thread_queue/{rest}/streams:2", {}).get("items_per_second")
                    or ips.get(f"{rt}/thread_queue/{rest}", {}).get("items_per_second"))
             by_hand = ips.get(f"{rt}/by_hand/{k.split('/conveyor/')[1]}", {}).get("items_per_second")
-            if own:
+            fair = next((v2.get("items_per_second") for k2, v2 in ips.items()
+                         if re.fullmatch(rf"{re.escape(rt)}/thread_queue/producers:\d+/streams:\d+", k2)), None)
+            if "/paced/" in k:
+                note = "paced: its rate is the offered load (latency table)"
+            elif own:
                 note = f"{rate / own:.2f}x thread_queue on the same work"
                 if by_hand:
                     note += f", {rate / by_hand:.2f}x by_hand"
             elif serial and queue:
-                note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue"
+                note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue (1 producer, 1 stream)"
+                if fair and k.endswith("/conveyor/lanes:2"):
+                    note += f", {rate / fair:.2f}x thread_queue at equal threads"
         if k.endswith("/staging:pageable"):
             pinned = ips.get(k.removesuffix("/staging:pageable"), {}).get("items_per_second")
             if pinned:
