@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "conveyor/pipeline.hpp"
@@ -79,6 +80,17 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
+// The 1-minute load average (Linux; -1 elsewhere): other work on the CPUs moves the
+// ratio more than anything this program does.
+double load_average() {
+  double load = -1;
+  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+    std::fclose(f);
+  }
+  return load;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -102,6 +114,12 @@ class demo {
                 cm::to_string(a_.prec).data(), a_.graphs ? ", CUDA graphs" : "", batch_, workers_,
                 lanes_);
 
+    const double load = load_average();
+    const unsigned cpus = std::thread::hardware_concurrency();
+    if (load >= 0)
+      std::printf("machine: %u CPUs, load average %.2f before the runs%s\n", cpus, load,
+                  load >= 0.5 ? " (other work is running: expect the ratio to move with it)" : "");
+
     // Warm-up, untimed: one pass over the test set each (or --images), which also sizes
     // the timed runs.
     const std::size_t pass = a_.images != 0 ? a_.images : test_.count;
@@ -115,9 +133,10 @@ class demo {
       const double want = 1.5 * a_.seconds * std::max(serial_warm, conveyor_warm);
       items = test_.count * std::max<std::size_t>(1, static_cast<std::size_t>(want / test_.count) + 1);
     }
-    std::printf("each run classifies %zu images (%.3g passes over the %zu test images); "
+    const double passes = static_cast<double>(items) / static_cast<double>(test_.count);
+    std::printf("each run classifies %zu images (%.3g pass%s over the %zu test images); "
                 "both paths warmed up first\n",
-                items, static_cast<double>(items) / test_.count, test_.count);
+                items, passes, passes == 1.0 ? "" : "es", test_.count);
     std::printf("  run   serial loop          conveyor             ratio\n");
 
     serial_labels.assign(items, ~0u);
