@@ -35,6 +35,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <optional>
 #include <span>
@@ -42,6 +43,8 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>  // sysconf(_SC_CLK_TCK): /proc/stat's unit
 
 #include "conveyor/pipeline.hpp"
 #include "conveyor/runtime/host/runtime.hpp"
@@ -80,15 +83,36 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-// The 1-minute load average (Linux; -1 elsewhere): other work on the CPUs moves the
-// ratio more than anything this program does.
-double load_average() {
-  double load = -1;
-  if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (std::fscanf(f, "%lf", &load) != 1) load = -1;
+// CPU time of the whole machine (busy, not idle or iowait) and of this process, in
+// seconds: their difference over a stretch of wall time is what other programs took of
+// the CPUs meanwhile, which moves the ratio more than anything this program does. Linux
+// (/proc/stat); elsewhere nothing is reported.
+struct cpu_sample {
+  double machine_busy_s = -1;
+  double self_s = 0;
+  clock_type::time_point at = clock_type::now();
+};
+
+cpu_sample sample_cpu() {
+  cpu_sample c;
+  c.self_s = static_cast<double>(std::clock()) / CLOCKS_PER_SEC;  // all this process's threads
+  if (std::FILE* f = std::fopen("/proc/stat", "r")) {
+    unsigned long long v[8] = {};
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                    &v[5], &v[6], &v[7]) == 8) {
+      const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // less idle, iowait
+      c.machine_busy_s = static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
     std::fclose(f);
   }
-  return load;
+  return c;
+}
+
+// CPUs' worth of other programs' work between two samples; negative: unknown.
+double others_cpus(const cpu_sample& a, const cpu_sample& b) {
+  if (a.machine_busy_s < 0 || b.machine_busy_s < 0) return -1;
+  const double wall = std::chrono::duration<double>(b.at - a.at).count();
+  return std::max(0.0, (b.machine_busy_s - a.machine_busy_s) - (b.self_s - a.self_s)) / wall;
 }
 
 double median(std::vector<double> v) {
@@ -114,11 +138,14 @@ class demo {
                 cm::to_string(a_.prec).data(), a_.graphs ? ", CUDA graphs" : "", batch_, workers_,
                 lanes_);
 
-    const double load = load_average();
-    const unsigned cpus = std::thread::hardware_concurrency();
-    if (load >= 0)
-      std::printf("machine: %u CPUs, load average %.2f before the runs%s\n", cpus, load,
-                  load >= 0.5 ? " (other work is running: expect the ratio to move with it)" : "");
+    {  // what runs beside us now
+      const cpu_sample a = sample_cpu();
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      const double others = others_cpus(a, sample_cpu());
+      if (others >= 0)
+        std::printf("machine: %u CPUs; other programs used %.2f of them in the 0.25 s before the runs\n",
+                    std::thread::hardware_concurrency(), others);
+    }
 
     // Warm-up, untimed: one pass over the test set each (or --images), which also sizes
     // the timed runs.
@@ -141,6 +168,7 @@ class demo {
 
     serial_labels.assign(items, ~0u);
     conveyor_labels.assign(items, ~0u);
+    const cpu_sample runs_start = sample_cpu();
     std::vector<double> serial_rate, conveyor_rate, ratio;
     std::size_t mismatched_runs = 0;
     conveyor::report last;
@@ -161,11 +189,16 @@ class demo {
       std::printf("  %-4zu  %8.0f items/s  %8.0f items/s  %5.2fx   (%.2f s, %.2f s)\n", r + 1,
                   serial_rate.back(), conveyor_rate.back(), ratio.back(), ts, tc);
     }
+    const double others = others_cpus(runs_start, sample_cpu());
     const auto [rmin, rmax] = std::minmax_element(ratio.begin(), ratio.end());
     std::printf("\n  serial loop   %9.0f items/s  median of %zu runs\n", median(serial_rate), a_.runs);
     std::printf("  conveyor      %9.0f items/s  median of %zu runs\n", median(conveyor_rate), a_.runs);
     std::printf("  ratio         %9.2fx         median; range %.2fx - %.2fx over %zu runs\n",
                 median(ratio), *rmin, *rmax, a_.runs);
+    if (others >= 0)
+      std::printf("  machine       other programs used %.2f of the %u CPUs during the runs%s\n", others,
+                  std::thread::hardware_concurrency(),
+                  others >= 0.25 ? ": the ratio moves with them; rerun on a quiet machine" : "");
 
     const double acc_serial = accuracy(serial_labels), acc_conveyor = accuracy(conveyor_labels);
     const std::size_t scored = std::min(items, test_.count);
