@@ -2,6 +2,9 @@
 """Turns Google Benchmark JSON from bench_rings / bench_pipeline / bench_inference into the tables of
 benchmarks/RESULTS.md: medians of the repetitions, each figure divided by its peer from
 the same run (machines are shared and noisy; only same-run ratios are compared).
+For bench_inference the first table is the one to read first: conveyor against the
+hand-written producer + queue loop at equal threads, over batch sizes and workers; then
+latency under paced arrivals, CUDA graphs and precisions (GPU runs), then every row.
 
   ./build/benchmarks/bench_rings --benchmark_repetitions=5 \
       --benchmark_out=rings.json --benchmark_out_format=json
@@ -35,6 +38,8 @@ def short(name):
 
 
 def fmt_rate(v):
+    if not v:
+        return "-"
     return f"{v / 1e6:.2f} M/s" if v >= 1e6 else f"{v / 1e3:.1f} k/s"
 
 
@@ -117,14 +122,22 @@ def pipeline(m):
             serial = ips.get(f"{rt}/serial", {}).get("items_per_second")
             queue = ips.get(f"{rt}/thread_queue", {}).get("items_per_second")
             # The compute- and transfer-bound configurations have their own loop peer.
-            own = ips.get(f"{rt}/thread_queue/{k.split('/conveyor/')[1]}", {}).get("items_per_second")
+            rest = k.split('/conveyor/')[1]
+            own = (ips.get(f"{rt}/thread_queue/{rest}/streams:2", {}).get("items_per_second")
+                   or ips.get(f"{rt}/thread_queue/{rest}", {}).get("items_per_second"))
             by_hand = ips.get(f"{rt}/by_hand/{k.split('/conveyor/')[1]}", {}).get("items_per_second")
-            if own:
+            fair = next((v2.get("items_per_second") for k2, v2 in ips.items()
+                         if re.fullmatch(rf"{re.escape(rt)}/thread_queue/producers:\d+/streams:\d+", k2)), None)
+            if "/paced/" in k:
+                note = "paced: its rate is the offered load (latency table)"
+            elif own:
                 note = f"{rate / own:.2f}x thread_queue on the same work"
                 if by_hand:
                     note += f", {rate / by_hand:.2f}x by_hand"
             elif serial and queue:
-                note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue"
+                note = f"{rate / serial:.2f}x serial, {rate / queue:.2f}x thread_queue (1 producer, 1 stream)"
+                if fair and k.endswith("/conveyor/lanes:2"):
+                    note += f", {rate / fair:.2f}x thread_queue at equal threads"
         if k.endswith("/staging:pageable"):
             pinned = ips.get(k.removesuffix("/staging:pageable"), {}).get("items_per_second")
             if pinned:
@@ -152,17 +165,93 @@ def inference(m):
         for k, v in peak.items():
             print(f"| {k} | {v / 1e9:.2f} |")
     pinned = peak.get("h2d:pinned")
-    print("\n| pipeline | items/s | efficiency | bound: slowest stage alone | P50 ms | P95 ms "
-          "| H2D goodput GB/s (/ pinned peak) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| pipeline (flooded: latency is mostly queueing) | items/s | efficiency "
+          "| bound: slowest stage alone | P50 ms | P95 ms | P99 ms | H2D goodput GB/s (/ pinned peak) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for k, v in runs.items():
-        if "/conveyor/" not in k:
+        if "/conveyor/" not in k or "/paced/" in k:
             continue
         good = v.get("h2d_goodput_bytes_per_second")
         ratio = f"{good / 1e9:.2f} ({good / pinned:.2f})" if good and pinned else ""
         print(f"| {k} | {fmt_rate(v.get('items_per_second', 0.0))} | "
               f"{v.get('efficiency', 0.0):.3f} | {bound_stage(v)} | {v.get('latency_p50_ms', 0.0):.2f} | "
-              f"{v.get('latency_p95_ms', 0.0):.2f} | {ratio} |")
+              f"{v.get('latency_p95_ms', 0.0):.2f} | {v.get('latency_p99_ms', 0.0):.2f} | {ratio} |")
+
+
+def first(m):
+    """bench_inference: the table a user reads first. conveyor against the hand-written
+    producer + queue loop with the same threads (W producers = W prepare workers, one
+    stream per lane), over batch sizes and workers; the loop as people write it first
+    (1 producer, 1 stream) and the serial loop for scale."""
+    runs = {short(k): v for k, v in m.items()}
+    ips = {k: v.get("items_per_second", 0.0) for k, v in runs.items()}
+    rts = sorted({k.split("/")[0] for k in runs if "/conveyor/batch:" in k})
+    for rt in rts:
+        grid = sorted({tuple(int(x) for x in re.findall(r"batch:(\d+)/workers:(\d+)$", k)[0])
+                       for k in runs if k.startswith(f"{rt}/conveyor/batch:")})
+        if not grid:
+            continue
+        print(f"\n**{rt}: conveyor vs the hand-written producer + queue loop at equal threads** "
+              "(W producers for W prepare workers, 2 streams for 2 lanes; median items/s)\n")
+        workers = sorted({w for _, w in grid})
+        print("| batch | " + " | ".join(f"W={w}: conveyor / loop = ratio" for w in workers) + " |")
+        print("| --- |" + " --- |" * len(workers))
+        for b in sorted({b for b, _ in grid}):
+            cells = []
+            for w in workers:
+                mine = ips.get(f"{rt}/conveyor/batch:{b}/workers:{w}")
+                peer = ips.get(f"{rt}/thread_queue/batch:{b}/workers:{w}/streams:2")
+                cells.append(f"{fmt_rate(mine)} / {fmt_rate(peer)} = {mine / peer:.2f}x"
+                             if mine and peer else "-")
+            print(f"| {b} | " + " | ".join(cells) + " |")
+        lanes2 = ips.get(f"{rt}/conveyor/lanes:2")
+        notes = []
+        for name, label in ((f"{rt}/thread_queue", "1 producer, 1 stream: what people write first"),
+                            (f"{rt}/serial", "serial loop, one image at a time"),
+                            (f"{rt}/batched", "serial loop over batches")):
+            if ips.get(name) and lanes2:
+                notes.append(f"conveyor (default: lanes:2) / {label}: {lanes2 / ips[name]:.2f}x")
+        fair = [k for k in ips if re.fullmatch(rf"{re.escape(rt)}/thread_queue/producers:\d+/streams:\d+", k)]
+        for k in fair:
+            if lanes2:
+                notes.append(f"conveyor (default) / {k.split('/', 1)[1]}: {lanes2 / ips[k]:.2f}x")
+        for n in notes:
+            print(f"- {n}")
+        paced = sorted(((tuple(float(x) for x in re.findall(r"batch:(\d+)/load:([\d.]+)$", k)[0]), v)
+                        for k, v in runs.items() if k.startswith(f"{rt}/conveyor/paced/")))
+        if paced:
+            print(f"\n**{rt}: latency under paced arrivals** (load: fraction of the default pipeline's "
+                  "flood throughput; latency from each item's due time to the sink)\n")
+            print("| batch | load | offered items/s | achieved items/s | P50 ms | P95 ms | P99 ms |")
+            print("| --- | --- | --- | --- | --- | --- | --- |")
+            for (b, load), v in paced:
+                print(f"| {b:.0f} | {load:.2f} | {fmt_rate(v.get('offered_items_per_second', 0.0))} | "
+                      f"{fmt_rate(v.get('achieved_items_per_second', 0.0))} | "
+                      f"{v.get('latency_p50_ms', 0.0):.2f} | {v.get('latency_p95_ms', 0.0):.2f} | "
+                      f"{v.get('latency_p99_ms', 0.0):.2f} |")
+        graphs = sorted({int(b) for k in runs for b in re.findall(rf"^{re.escape(rt)}/conveyor/graphs:o\w+/batch:(\d+)$", k)})
+        if graphs:
+            print(f"\n**{rt}: CUDA graphs at small batches** (items/s)\n")
+            print("| batch | graphs off | graphs on | on / off | P95 ms off / on |")
+            print("| --- | --- | --- | --- | --- |")
+            for b in graphs:
+                off = runs.get(f"{rt}/conveyor/graphs:off/batch:{b}", {})
+                on = runs.get(f"{rt}/conveyor/graphs:on/batch:{b}", {})
+                r_off, r_on = off.get("items_per_second"), on.get("items_per_second")
+                ratio = f"{r_on / r_off:.2f}x" if r_on and r_off else "-"
+                print(f"| {b} | {fmt_rate(r_off or 0)} | {fmt_rate(r_on or 0)} | {ratio} | "
+                      f"{off.get('latency_p95_ms', 0.0):.2f} / {on.get('latency_p95_ms', 0.0):.2f} |")
+        precs = [p for p in ("fp32", "tf32", "fp16", "bf16") if f"{rt}/conveyor/precision:{p}" in runs]
+        if precs:
+            print(f"\n**{rt}: precision** (items/s; labels_differ: labels unlike the fp32 serial loop's)\n")
+            print("| precision | default model | vs fp32 | wide model (compute-bound) | vs fp32 |")
+            print("| --- | --- | --- | --- | --- |")
+            base = ips.get(f"{rt}/conveyor/precision:fp32")
+            wbase = ips.get(f"{rt}/conveyor/model:wide/precision:fp32")
+            for p in precs:
+                d, w = ips.get(f"{rt}/conveyor/precision:{p}"), ips.get(f"{rt}/conveyor/model:wide/precision:{p}")
+                print(f"| {p} | {fmt_rate(d or 0)} | {d / base if d and base else 0:.2f}x | "
+                      f"{fmt_rate(w or 0)} | {w / wbase if w and wbase else 0:.2f}x |")
 
 
 def bound_stage(v):
@@ -186,6 +275,9 @@ def main():
         if any(k.startswith(("spsc/", "mpmc2x2/", "rtt/")) for k in m):
             rings(m)
         else:
+            if any("/bandwidth/" in k for k in m):
+                first(m)
+                print()
             pipeline(m)
             if any("/bandwidth/" in k for k in m):
                 inference(m)

@@ -2,8 +2,11 @@
 # Installs the Debian packages conveyor's build, tests and benchmarks need, when missing.
 # Sourced by scripts/demo.sh and scripts/test.sh; safe to run again (checks first).
 set -euo pipefail
+# zlib1g-dev: the example model reads Fashion-MNIST's .gz files; dataset-fashion-mnist:
+# those files (/usr/share/datasets/fashion-mnist), the demo's images.
 conveyor_deps=(cmake ninja-build g++ catch2 libbenchmark-dev libboost-dev
-               libreaderwriterqueue-dev libconcurrentqueue-dev libtbb-dev nlohmann-json3-dev)
+               libreaderwriterqueue-dev libconcurrentqueue-dev libtbb-dev nlohmann-json3-dev
+               zlib1g-dev dataset-fashion-mnist)
 missing=()
 for p in "${conveyor_deps[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -86,7 +86,7 @@ mlp::mlp(const mlp_options& o) : options_(o) {
 
   // Upload through pinned staging on a stream of our own: no pageable copy, no legacy
   // default stream.
-  const mlp_weights w = make_weights(o.shape, o.seed);
+  const mlp_weights w = weights_of(o);  // trained (o.weights) or seeded
   std::size_t most_w = 0, most_b = 0;
   for (std::size_t l = 0; l < o.shape.layers; ++l) {
     most_w = std::max(most_w, w.w[l].size() * storage_bytes(o.prec));

@@ -85,6 +85,17 @@ mlp_weights make_weights(const mlp_shape& shape, std::uint64_t seed) {
   return m;
 }
 
+mlp_weights weights_of(const mlp_options& o) {
+  if (!o.weights) return make_weights(o.shape, o.seed);
+  const mlp_shape& a = o.weights->shape;
+  const mlp_shape& b = o.shape;
+  CONVEYOR_EXPECTS(a.input == b.input && a.hidden == b.hidden && a.layers == b.layers &&
+                       a.classes == b.classes,
+                   "mlp_options: the weights are of another shape than mlp_options::shape; set "
+                   "shape = weights->shape (trained_mlp::options() does)");
+  return *o.weights;
+}
+
 // ---- precision emulation ------------------------------------------------------------
 
 std::uint16_t to_fp16_bits(float x) noexcept {

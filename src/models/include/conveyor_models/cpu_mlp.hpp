@@ -35,9 +35,10 @@ class cpu_mlp {
   template <class T>
   using device_span = conveyor::host::device_span<T>;
 
+  // The weights: o.weights, or make_weights(o.shape, o.seed) when it is null.
   // @throws conveyor::config_error on a bad shape, zero lanes or zero max_items.
   explicit cpu_mlp(const mlp_options& o)
-      : options_(o), ref_(make_weights(o.shape, o.seed), o.prec) {
+      : options_(o), ref_(weights_of(o), o.prec) {
     CONVEYOR_EXPECTS(o.lanes >= 1 && o.lanes <= 64, "cpu_mlp: lanes must be in [1, 64]");
     CONVEYOR_EXPECTS(o.max_items >= 1 && o.max_items <= (std::size_t{1} << 20),
                      "cpu_mlp: max_items must be in [1, 2^20]; set it to the largest batch");

@@ -9,8 +9,8 @@
 //     model.classify(l.in, l.out, l.items, l.stream, l.lane);           // only enqueues
 //     return l.items; }
 //
-// The weights (make_weights(shape, seed), as the references use) are uploaded once, at
-// construction. Each lane gets its own cuBLAS handle bound to that lane's stream with its
+// The weights (options' trained ones, or make_weights(shape, seed): weights_of()) are
+// uploaded once, at construction. Each lane gets its own cuBLAS handle bound to that lane's stream with its
 // own workspace (cublasSetWorkspace), and its own scratch; the handle is made on the
 // lane's first call, or by bind() before the pipeline starts: do that (as the examples do,
 // in the gpu segment's .streams() factory), since the workspace allocation synchronizes

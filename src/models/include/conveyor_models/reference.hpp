@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,8 @@ struct normalize_params {
   float stddev = 0.25f;
 };
 
+struct mlp_weights;
+
 // Everything that defines a model instance; shared by reference_mlp, cpu_mlp and mlp.
 struct mlp_options {
   mlp_shape shape{};
@@ -83,6 +86,9 @@ struct mlp_options {
   std::size_t max_items = 256;   // the largest batch forward()/classify() accept
   bool cuda_graphs = false;      // mlp (CUDA) only: capture each batch shape once, replay it
   std::size_t workspace_bytes = std::size_t{4} << 20;  // mlp (CUDA) only: cuBLAS workspace per lane
+  // Trained weights (load_mlp in mlp_file.hpp), whose shape must be `shape`; null: the
+  // seeded random ones, make_weights(shape, seed).
+  std::shared_ptr<const mlp_weights> weights{};
 };
 
 // Row-major weights: w[l] is out_features(l) x in_features(l), b[l] is out_features(l).
@@ -95,6 +101,10 @@ struct mlp_weights {
 // Deterministic He-uniform weights and small biases from a splitmix64 stream: the same
 // (shape, seed) gives the same bits on every machine.
 mlp_weights make_weights(const mlp_shape& shape, std::uint64_t seed);
+
+// The weights o describes: *o.weights (checked against o.shape), or make_weights(o.shape,
+// o.seed). @throws conveyor::config_error when o.weights has another shape.
+mlp_weights weights_of(const mlp_options& o);
 
 // ---- precision emulation (round to nearest, ties to even; what __float2half_rn does) ----
 std::uint16_t to_fp16_bits(float x) noexcept;
