@@ -22,7 +22,9 @@
 //     defaults (rings that grow where neighbours share a CPU, automatic placement), each
 //     what that default gives, in the same run. tbb: parallel_pipeline
 //     with filters serial_in_order -> parallel -> parallel -> serial_in_order and
-//     T = 4 * cores tokens. serial: one plain loop.
+//     T = 4 * cores tokens. serial: one plain loop. bare: the same stages as four threads
+//     over the in-bench Lamport ring (benchmarks/lamport_ring.hpp), waiting by pause and
+//     yield; /pinned: two neighbours per CPU, else where the OS puts them.
 //     Counters: items_per_second; conveyor with W = 1: rings_grown, how many of the three
 //     rings ran deeper than ring_capacity in an iteration, on average
 //     (pipeline_options::ring_growth: once pinned, the two rings within a core grow, so 2
@@ -74,8 +76,13 @@
 #include <oneapi/tbb/parallel_pipeline.h>
 #include <oneapi/tbb/version.h>
 
+#include <pthread.h>  // pthread_setaffinity_np: the pinned bare chain
+#include <sched.h>
+
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/pipeline.hpp"
+#include "lamport_ring.hpp"
 
 namespace {
 
@@ -202,6 +209,77 @@ void tbb_trivial(benchmark::State& state) {
             oneapi::tbb::make_filter<item, item>(oneapi::tbb::filter_mode::parallel, twice) &
             oneapi::tbb::make_filter<item, void>(oneapi::tbb::filter_mode::serial_in_order,
                                                  [&check](item x) { check(x); }));
+    if (!report_check(state, check, trivial_items, trivial_sum)) return;
+  }
+  cpu.finish(state, trivial_items);
+}
+
+// The bare chain: what a hand-written pipeline of the same stages gets at best, four
+// threads over the in-bench Lamport ring (benchmarks/lamport_ring.hpp, rigtorp's layout,
+// each side on its own 64-byte line), capacity 1024 as the pipeline's rings, waiting by
+// pause and a yield every 64 failed tries. pinned: the threads in runs of neighbours, two
+// per CPU (what conveyor's placement does with four equal stages on two cores); else
+// wherever the OS puts them.
+class bare_backoff {
+ public:
+  void operator()() noexcept {
+    if (++fails_ % 64 == 0)
+      std::this_thread::yield();
+    else
+      conveyor::detail::cpu_relax();
+  }
+
+ private:
+  unsigned fails_ = 0;
+};
+
+void pin_to(unsigned cpu) noexcept {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu % cores(), &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // unpinned if refused
+}
+
+void bare_trivial(benchmark::State& state, bool pinned) {
+  using ring = bench::lamport_ring<item, 64>;
+  constexpr std::size_t capacity = 1024;
+  const cpu_meter cpu;
+  for (auto _ : state) {
+    trivial_check check{trivial_expected};
+    ring a{capacity}, b{capacity}, c{capacity};
+    const auto push = [](ring& r, item v) {
+      bare_backoff wait;
+      while (!r.try_push(v)) wait();
+    };
+    const auto pop = [](ring& r) {
+      bare_backoff wait;
+      item v = 0;
+      while (!r.try_pop(v)) wait();
+      return v;
+    };
+    std::thread source{[&] {
+      if (pinned) pin_to(0);
+      for (item i = 0; i < trivial_items; ++i) push(a, i);
+    }};
+    std::thread first{[&] {
+      if (pinned) pin_to(0);
+      for (item i = 0; i < trivial_items; ++i) push(b, add_one(pop(a)));
+    }};
+    std::thread second{[&] {
+      if (pinned) pin_to(1);
+      for (item i = 0; i < trivial_items; ++i) push(c, twice(pop(b)));
+    }};
+    if (pinned) pin_to(1);
+    for (item i = 0; i < trivial_items; ++i) check(pop(c));
+    source.join();
+    first.join();
+    second.join();
+    if (pinned) {  // the benchmark's own thread back on every CPU
+      cpu_set_t all;
+      CPU_ZERO(&all);
+      for (unsigned k = 0; k < cores(); ++k) CPU_SET(k, &all);
+      (void)pthread_setaffinity_np(pthread_self(), sizeof all, &all);
+    }
     if (!report_check(state, check, trivial_items, trivial_sum)) return;
   }
   cpu.finish(state, trivial_items);
@@ -377,6 +455,12 @@ void register_all() {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("serial/trivial", serial_trivial)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("bare/trivial", bare_trivial, false)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("bare/trivial/pinned", bare_trivial, true)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 

@@ -264,6 +264,9 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_p
     // wake() (an RMW on waiting_) still sees it. Under load the barrier's IPIs were a
     // tenth of the trivial pipeline's samples, and it ran 15-30% faster without them.
     if (asymmetric_ && !batched) heavy_barrier();
+    // The partner of notify_if()'s fence where there is no heavy barrier: the waiter's
+    // publication before this point against the notifier's look after its own.
+    if (!asymmetric_) std::atomic_thread_fence(std::memory_order_seq_cst);
     if (pred()) {  // the flag may stay set: costs one spurious wake, no more
       slow_ended(learn_from_sleep(limit, spun));
       return true;

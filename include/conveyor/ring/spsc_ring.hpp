@@ -9,15 +9,23 @@
 //   ring.drain([&](job&& j) noexcept { use(j); return true; }, 32);  // a burst, in order
 //   ring.close();                            // any thread: wakes both sides
 //
-// Lamport's ring with cached indices (the layout of rigtorp's SPSCQueue): the producer
-// owns the tail and keeps a private copy of the head, the consumer owns the head and
-// keeps a private copy of the tail, and each side reads the other's index only when its
-// copy says the ring is full (producer) or empty (consumer). Each index shares its cache
-// line with its owner's copy of the other index and nothing else; the slots hold the
-// elements themselves, packed, with a line of padding on either side. So in the steady
-// state the only lines that travel between the two cores are the slots' own, each once,
-// from the producer to the consumer; an index line travels when one side has caught up
-// with the other. Blocking calls spin briefly, then sleep (detail::wait_point).
+// Lamport's ring with a cached index on the producer's side (as rigtorp's SPSCQueue) and a
+// turn number in each slot on the consumer's. The producer owns the tail and keeps a
+// private copy of the consumer's head, which it reads only when its copy says the ring is
+// full. Each slot holds an element and the 32-bit position it was written for (plus 1):
+// the consumer finds its next element by looking at that slot alone, and never reads the
+// producer's index. Each index shares its cache line with nothing the other side writes
+// in the steady state. So the only lines that travel between the cores are the slots'
+// own, once each, from the producer to the consumer (the consumer writes nothing into a
+// slot), and the head's line when the producer has caught up with the consumer; a
+// consumer that has caught up waits on the slot it will read, not on the producer's
+// index line, which the producer then keeps. The turn numbers cost 4 bytes a slot (more
+// where T's alignment pads them). Blocking calls spin briefly, then sleep
+// (detail::wait_point). A consumer that sleeps registers in the producer's line, which
+// each push looks at anyway; a producer sleeps only on a full ring, so each pop first
+// looks at the slot just behind its own (a line it has just read) and at the producer's
+// sleeper word only when that slot says the ring was full. The closed flag, written
+// once, sits with the read-only fields.
 //
 // Exception guarantees (T's constructor and move constructor may throw; its destructor
 // may not): a try_push / try_emplace / push whose construction throws adds nothing and
@@ -62,7 +70,12 @@ class spsc_ring {
   explicit spsc_ring(std::size_t capacity)
       : capacity_((detail::check_ring_capacity("spsc_ring", capacity), capacity)),
         mask_(capacity - 1),
-        slots_(capacity) {}
+        slots_(capacity) {
+    // Slot i's first turn is position i: until then it holds a turn no position reads
+    // (0; the consumer asks slot i for i + 1, i + 1 + capacity, ...). Published with the
+    // ring itself.
+    for (std::size_t i = 0; i < capacity; ++i) ::new (static_cast<void*>(slots_.data() + i)) slot{};
+  }
 
   ~spsc_ring() {
     // The threads are done: positions [head, tail) hold elements.
@@ -123,6 +136,20 @@ class spsc_ring {
     return take(head);
   }
 
+  // As try_pop(), into an element the caller has (move-assigned): for a consumer that
+  // reuses its own storage. false when there is none now. A throwing assignment leaves
+  // the element in the ring.
+  CONVEYOR_HOT_INLINE bool try_pop(T& out) noexcept(std::is_nothrow_move_assignable_v<T>)
+    requires std::is_move_assignable_v<T>
+  {
+    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    if (!takable(head)) return false;
+    T* p = element(head);
+    out = std::move(*p);  // a throw leaves the element in place
+    release(head);
+    return true;
+  }
+
   // Blocks while empty. Returns nullopt only when the ring is closed and drained. With
   // position: the element's position (see try_pop(std::size_t*)); with timing: adds what
   // its waits cost to *timing.
@@ -174,32 +201,18 @@ class spsc_ring {
   // f(T&&): a burst. f returns false to stop after the element it was given. Each
   // element leaves its slot, and the slot goes back to the producer (notified), before f
   // runs, as with a pop: f may block, even on the producer, and the ring has the room a
-  // pop would have left. Per burst instead of per element: the look at the producer's
-  // index and the optional each pop returns. Returns how many elements f was given.
+  // pop would have left. Per burst instead of per element: the optional each pop returns
+  // and the calls through the caller's code. Returns how many elements f was given.
   template <class F>
   CONVEYOR_HOT_INLINE std::size_t drain(F&& f, std::size_t max) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     static_assert(std::is_nothrow_invocable_r_v<bool, F&, T&&>,
                   "spsc_ring::drain: f(T&&) must be noexcept and return bool");
     const std::size_t first = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    std::size_t there = consumer_.tail_cache - first;
-    if (there < max) {  // the copy may be behind: look at the tail once per burst
-      // acquire: pairs with the release store of tail in emplace(); the elements before
-      // it are constructed.
-      consumer_.tail_cache = producer_.tail.load(std::memory_order_acquire);
-      there = consumer_.tail_cache - first;
-    }
-    const std::size_t n = there < max ? there : max;
     std::size_t head = first;
-    while (head != first + n) {
-      T* p = element(head);
-      T v{std::move(*p)};  // the one move; a throw leaves the element in place
-      std::destroy_at(p);
-      ++head;
-      // release: pairs with the acquire load of head in has_room() / emplace(); the
-      // move-out and the destruction happen-before the producer fills the slot again.
-      consumer_.head.store(head, std::memory_order_release);
-      not_full_.notify();
+    while (head - first < max && takable(head)) {
+      T v{std::move(*element(head))};  // the one move; a throw leaves the element in place
+      release(head++);
       if (!f(std::move(v))) break;
     }
     return head - first;
@@ -220,9 +233,10 @@ class spsc_ring {
 
   // A snapshot that may be stale by the time it returns; never above capacity().
   std::size_t size_approx() const noexcept {
-    // relaxed: an estimate. From a third thread the two loads may see the producer run
-    // ahead in between (more than capacity: clamped) or, as nothing orders them, a tail
-    // older than the head (negative: empty).
+    // relaxed: an estimate. From a third thread, and from the consumer (the tail is
+    // published with no order of its own), the loads may see the producer run ahead in
+    // between (more than capacity: clamped) or a tail older than the head (negative:
+    // empty).
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
     const auto n = static_cast<std::ptrdiff_t>(tail - head);
@@ -243,7 +257,8 @@ class spsc_ring {
  private:
   template <class... Args>
   CONVEYOR_HOT_INLINE bool emplace(Args&&... args) {
-    if (closed_.load(std::memory_order_relaxed)) return false;  // relaxed: advisory refusal
+    // relaxed: an advisory refusal (see close()).
+    if (closed_.load(std::memory_order_relaxed)) return false;
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
     if (tail - producer_.head_cache == capacity_) {
       // acquire: pairs with the release store of head in take() / drain(); the
@@ -251,11 +266,14 @@ class spsc_ring {
       producer_.head_cache = consumer_.head.load(std::memory_order_acquire);
       if (tail - producer_.head_cache == capacity_) return false;  // full
     }
-    ::new (static_cast<void*>(element(tail))) T(std::forward<Args>(args)...);  // may throw:
+    slot& s = slots_.data()[tail & mask_];
+    ::new (static_cast<void*>(s.bytes)) T(std::forward<Args>(args)...);  // may throw:
     // nothing is published then.
-    // release: pairs with the acquire load of tail in takable() / drain(); the
-    // construction above happens-before the consumer reads the element.
-    producer_.tail.store(tail + 1, std::memory_order_release);
+    // release: pairs with the acquire load of the turn in takable(); the construction
+    // above happens-before the consumer reads the element.
+    s.turn.store(turn_of(tail), std::memory_order_release);
+    // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
+    producer_.tail.store(tail + 1, std::memory_order_relaxed);
     not_empty_.notify();
     return true;
   }
@@ -269,12 +287,15 @@ class spsc_ring {
   }
 
   // The consumer: whether the element at position head (its own) is there.
-  CONVEYOR_HOT_INLINE bool takable(std::size_t head) noexcept {
-    if (head != consumer_.tail_cache) return true;
-    // acquire: pairs with the release store of tail in emplace(); the element is
-    // constructed before we see the tail past it.
-    consumer_.tail_cache = producer_.tail.load(std::memory_order_acquire);
-    return head != consumer_.tail_cache;
+  CONVEYOR_HOT_INLINE bool takable(std::size_t head) const noexcept {
+    // acquire: pairs with the release store of the turn in emplace(); the element is
+    // constructed before we see its turn.
+    return slots_.data()[head & mask_].turn.load(std::memory_order_acquire) == turn_of(head);
+  }
+  // The turn a slot holds while it holds position pos's element. 32 bits: positions a lap
+  // apart (capacity <= 2^30) never share one, and a slot's turn is rewritten every lap.
+  static std::uint32_t turn_of(std::size_t pos) noexcept {
+    return static_cast<std::uint32_t>(pos + 1);
   }
 
   // The consumer takes the element at position head (takable): moved once, straight into
@@ -289,14 +310,32 @@ class spsc_ring {
       ~release_slot() {
         if constexpr (!std::is_nothrow_move_constructible_v<T>)
           if (std::uncaught_exceptions() != exceptions) return;  // the move threw
-        std::destroy_at(ring.element(head));
-        // release: pairs with the acquire load of head in emplace() / has_room(); the
-        // move-out and the destruction happen-before the producer fills the slot again.
-        ring.consumer_.head.store(head + 1, std::memory_order_release);
-        ring.not_full_.notify();
+        ring.release(head);
       }
     } release{*this, head};
     return std::optional<T>(std::in_place, std::move(*element(head)));
+  }
+
+  // The consumer is done with the element at position head (moved out): it is destroyed
+  // and its slot goes back to the producer.
+  CONVEYOR_HOT_INLINE void release(std::size_t head) noexcept {
+    std::destroy_at(element(head));
+    // release: pairs with the acquire load of head in emplace() / has_room(); the move-out
+    // and the destruction happen-before the producer fills the slot again.
+    consumer_.head.store(head + 1, std::memory_order_release);
+    // A producer sleeps only on a full ring, after it wrote position head - 1 + capacity
+    // into the slot just behind this one: the consumer looks there (a line it has just
+    // read) and at the producer's sleeper word only when that slot says the ring was full.
+    not_full_.notify_if([&] { return full_behind(head); });
+  }
+
+  // The consumer, having taken position head: whether the producer had then filled the
+  // ring (written position head - 1 + capacity, the slot just behind head's). relaxed:
+  // notify_if()'s fence orders it after our release of head; the producer wrote that
+  // turn before it registered to sleep.
+  CONVEYOR_HOT_INLINE bool full_behind(std::size_t head) const noexcept {
+    return slots_.data()[(head - 1) & mask_].turn.load(std::memory_order_relaxed) ==
+           turn_of(head - 1 + capacity_);
   }
 
   T* element(std::size_t i) const noexcept {
@@ -304,34 +343,41 @@ class spsc_ring {
   }
 
   struct slot {
+    std::atomic<std::uint32_t> turn{0};
     alignas(T) unsigned char bytes[sizeof(T)];
   };
 
-  // Written by the producer only: how many elements it has pushed, and its copy of the
-  // consumer's head (read by the producer alone).
+  // The producer's line: how many elements it has pushed and its copy of the consumer's
+  // head (both written by the producer only), and where a sleeping consumer registers
+  // (not_empty_'s waiting word, written when it sleeps). The producer reads all three on
+  // every push.
   struct alignas(cache_line_size) producer_side {
     std::atomic<std::size_t> tail{0};
     std::size_t head_cache = 0;
+    std::atomic<std::uint32_t> consumer_sleeps{0};
   };
-  // Written by the consumer only: how many elements it has taken, and its copy of the
-  // producer's tail (read by the consumer alone).
+  // The consumer's line: how many elements it has taken (written by the consumer only),
+  // and where a sleeping producer registers.
   struct alignas(cache_line_size) consumer_side {
     std::atomic<std::size_t> head{0};
-    std::size_t tail_cache = 0;
+    std::atomic<std::uint32_t> producer_sleeps{0};
   };
-  struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {};
+  struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {
+    using detail::wait_point::wait_point;
+  };
   static_assert(sizeof(producer_side) == cache_line_size && sizeof(consumer_side) == cache_line_size,
                 "spsc_ring: each side's index and cache must own exactly one cache line");
 
-  // Read-only after construction; shares a line with nothing that is written.
+  // Read-only after construction, but for the closed flag, written once: both sides read
+  // this line on every call (the flag each time they find nothing to do) and keep it.
   alignas(cache_line_size) const std::size_t capacity_;
   const std::size_t mask_;
   detail::aligned_slots<slot> slots_;
+  std::atomic<bool> closed_{false};
   producer_side producer_;
   consumer_side consumer_;
-  aligned_wait_point not_empty_;  // consumer sleeps here; producer notifies
-  aligned_wait_point not_full_;   // producer sleeps here; consumer notifies
-  alignas(cache_line_size) std::atomic<bool> closed_{false};
+  aligned_wait_point not_empty_{producer_.consumer_sleeps};  // consumer sleeps; producer notifies
+  aligned_wait_point not_full_{consumer_.producer_sleeps};    // producer sleeps; consumer notifies
 };
 
 }  // namespace conveyor

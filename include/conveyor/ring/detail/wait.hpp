@@ -165,6 +165,16 @@ class wake_batching {
 
 class wait_point {
  public:
+  // Sleepers register in a word of the wait point's own.
+  wait_point() noexcept : waiting_(own_waiting_) {}
+  // Sleepers register in `waiting`, a word the caller places where notifiers read it
+  // cheaply: a ring puts it on the notifier's own index line, written by nobody else
+  // until somebody sleeps, so notify() on every push and pop is a load from a line the
+  // notifier holds anyway.
+  explicit wait_point(std::atomic<std::uint32_t>& waiting) noexcept : waiting_(waiting) {}
+  wait_point(const wait_point&) = delete;
+  wait_point& operator=(const wait_point&) = delete;
+
   // batch > 1: while other processes take the cores (see yield_policy), a waiter may let
   // notifiers put off its wake-up until batch notifies (a pipeline's ring: half its
   // capacity) have come, the notifier waits itself, or backstop has passed. Each
@@ -211,6 +221,27 @@ class wait_point {
       if (waiting == batch_waiter) return notify_batched();
     }
     wake();
+  }
+
+  // As notify(), for a notifier that can tell from what it already holds whether a
+  // waiter may be asleep: may_sleep() reads only what the waiter published before it
+  // registered (a full ring: the producer's last element), and runs after the barrier
+  // that orders the notifier's publication before it, so a waiter it says false for
+  // re-checks its pred() after that publication and does not sleep. Saves the look at
+  // waiting_ on every call where the answer is no. A waiter that sleeps without the heavy
+  // barrier (batched) may be missed here, as by notify(): it has the backstop.
+  template <class MaySleep>
+  CONVEYOR_HOT_INLINE void notify_if(MaySleep&& may_sleep) noexcept {
+    // Dekker between our publication and may_sleep()'s load, against the waiter's
+    // publication (before its registration) and its pred(): StoreLoad on both sides, a
+    // compiler fence here where the waiter pays with membarrier, else a full fence (the
+    // waiter's side: the seq_cst fence after its registration in wait_slow()).
+    if (asymmetric_)
+      std::atomic_signal_fence(std::memory_order_seq_cst);
+    else
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!may_sleep()) return;
+    notify();
   }
 
   // As notify(), never put off: for a change every waiter must see now (a close).
@@ -269,7 +300,8 @@ class wait_point {
   // the competitive bound: a wait never burns more than twice what sleeping would cost.
   void adapt(std::uint32_t limit, std::uint32_t target, int shift) noexcept;
 
-  std::atomic<std::uint32_t> waiting_{0};  // plain_waiter | batch_waiter: who sleeps
+  std::atomic<std::uint32_t> own_waiting_{0};
+  std::atomic<std::uint32_t>& waiting_;  // plain_waiter | batch_waiter: who sleeps
   // Which barrier this wait point's two sides use, decided once: both sides must agree,
   // and notify(), on every push and pop, then reads one flag beside waiting_ instead of
   // a function-local static's guard, the static and the test switch.
