@@ -128,10 +128,10 @@ using clock_type = std::chrono::steady_clock;
 
 struct config {
   cm::mlp_shape shape;
-  std::size_t batch = 32;         // B
-  std::size_t items = 2000;       // per iteration
-  std::size_t workers = 2;        // W: prepare workers in the pipeline
-  int prepare_rounds = 8;         // CPU preprocessing cost per image
+  std::size_t batch = 32;             // B
+  std::size_t items = 2000;           // per iteration
+  std::size_t workers = 2;            // W: prepare workers in the pipeline
+  int prepare_rounds = 8;             // CPU preprocessing cost per image
   std::size_t copy_bytes = 8u << 20;  // per copy of the bandwidth probe
   // The compute-bound configuration (conveyor/model:wide): the same images through a
   // wider MLP, so the device is the slowest stage.
@@ -140,15 +140,18 @@ struct config {
   // pool, as decoded video or a capture ring), copied by stage-in straight into the pinned
   // slot, through a model so light that the H2D copy is the slowest stage.
   std::size_t frame_bytes = 16u << 10;
-  std::size_t frame_pool = 64;    // distinct frames, used round robin: more than the caches hold
+  std::size_t frame_pool = 64;     // distinct frames, used round robin: more than the caches hold
   std::size_t frame_pool_hot = 8;  // conveyor/frames/pool:hot: a few frames, in the caches
   std::size_t frame_batch = 16;
-  std::size_t frame_lanes = 4;    // stage-in copies on each lane's thread: lanes copy at once
+  std::size_t frame_lanes = 4;  // stage-in copies on each lane's thread: lanes copy at once
   cm::mlp_shape frame_shape() const {
     return {.input = frame_bytes, .hidden = 16, .layers = 2, .classes = 10};
   }
   cm::mlp_shape wide_shape() const {
-    return {.input = shape.input, .hidden = wide_hidden, .layers = shape.layers, .classes = shape.classes};
+    return {.input = shape.input,
+            .hidden = wide_hidden,
+            .layers = shape.layers,
+            .classes = shape.classes};
   }
 };
 
@@ -161,8 +164,9 @@ struct run_opts {
   std::size_t batch = 0;    // 0: the config's
   std::size_t workers = 0;  // 0: the config's
   bool graphs = false;      // CUDA: the model with cuda_graphs
-  bool cpu_normalize = false;  // normalize in prepare and ship floats (else bytes, normalized on the device)
-  bool wide = false;        // the compute-bound model (config::wide_shape)
+  // normalize in prepare and ship floats (else bytes, normalized on the device)
+  bool cpu_normalize = false;
+  bool wide = false;                         // the compute-bound model (config::wide_shape)
   cm::precision prec = cm::precision::fp32;  // CUDA: the GEMMs' precision
 
   // Which model the run uses (bench_env::model_for).
@@ -244,14 +248,14 @@ void pageable_d2h(T* dst, std::type_identity_t<conveyor::host::device_span<const
 #if CONVEYOR_HAS_CUDA
 template <class T>
 void pageable_h2d(conveyor::cuda::device_span<T> dst, const T* src, conveyor::cuda::stream& s) {
-  CONVEYOR_CUDA_TRY(cudaMemcpyAsync(dst.data(), src, dst.size_bytes(), cudaMemcpyHostToDevice,
-                                    s.native()));
+  CONVEYOR_CUDA_TRY(
+      cudaMemcpyAsync(dst.data(), src, dst.size_bytes(), cudaMemcpyHostToDevice, s.native()));
 }
 template <class T>
 void pageable_d2h(T* dst, std::type_identity_t<conveyor::cuda::device_span<const T>> src,
                   conveyor::cuda::stream& s) {
-  CONVEYOR_CUDA_TRY(cudaMemcpyAsync(dst, src.data(), src.size_bytes(), cudaMemcpyDeviceToHost,
-                                    s.native()));
+  CONVEYOR_CUDA_TRY(
+      cudaMemcpyAsync(dst, src.data(), src.size_bytes(), cudaMemcpyDeviceToHost, s.native()));
 }
 #endif
 
@@ -261,8 +265,13 @@ void pageable_d2h(T* dst, std::type_identity_t<conveyor::cuda::device_span<const
 template <class R, class Elem = std::uint8_t>
 struct device_step {
   device_step(std::size_t batch, std::size_t n)
-      : in(batch * n), d_in(batch * n), d_out(batch), out(batch), pageable_in(batch * n),
-        pageable_out(batch), n_(n) {}
+      : in(batch * n),
+        d_in(batch * n),
+        d_out(batch),
+        out(batch),
+        pageable_in(batch * n),
+        pageable_out(batch),
+        n_(n) {}
 
   // Where a loop writes a batch's images, and reads its labels after run().
   Elem* host_in(staging st) { return st == staging::pinned ? in.data() : pageable_in.data(); }
@@ -325,8 +334,12 @@ struct stage_rates {
   double prepare = 0, stage_in = 0, h2d = 0, compute = 0, d2h = 0, post = 0;  // 0: no such stage
 
   std::array<std::pair<double, const char*>, 6> named() const {
-    return {{{prepare, "prepare"}, {stage_in, "stage_in"}, {h2d, "h2d"}, {compute, "compute"},
-             {d2h, "d2h"}, {post, "postprocess"}}};
+    return {{{prepare, "prepare"},
+             {stage_in, "stage_in"},
+             {h2d, "h2d"},
+             {compute, "compute"},
+             {d2h, "d2h"},
+             {post, "postprocess"}}};
   }
   double ideal() const {
     double slowest = 1e300;
@@ -342,8 +355,8 @@ struct stage_rates {
 // caches, memory and, in a VM, often a physical core (SMT), so a stage that runs on W
 // threads is measured on W threads.
 template <class Fn, class Untimed = void (*)()>
-double parallel_rate(std::size_t threads, std::size_t per_thread, int repeats, Fn fn,
-                     Untimed untimed = [] {}) {
+double parallel_rate(
+    std::size_t threads, std::size_t per_thread, int repeats, Fn fn, Untimed untimed = [] {}) {
   double best = 0;
   for (int r = 0; r < repeats; ++r) {
     untimed();
@@ -398,7 +411,8 @@ void device_rates(stage_rates& r, Model& m, std::size_t batch, std::size_t n, st
     return best;
   };
   r.h2d = rate([&](device_step<R, Elem>& st, std::size_t) { st.enqueue_h2d(batch); });
-  r.compute = rate([&](device_step<R, Elem>& st, std::size_t l) { st.enqueue_classify(m, batch, l); });
+  r.compute =
+      rate([&](device_step<R, Elem>& st, std::size_t l) { st.enqueue_classify(m, batch, l); });
   r.d2h = rate([&](device_step<R, Elem>& st, std::size_t) { st.enqueue_d2h(batch); });
 }
 
@@ -434,7 +448,10 @@ struct bench_env {
 
   static cm::mlp_options options(const cm::mlp_shape& shape, std::size_t max_items, bool graphs,
                                  cm::precision prec = cm::precision::fp32) {
-    return {.shape = shape, .prec = prec, .lanes = max_lanes + 1, .max_items = max_items,
+    return {.shape = shape,
+            .prec = prec,
+            .lanes = max_lanes + 1,
+            .max_items = max_items,
             .cuda_graphs = graphs};
   }
   using model_key = decltype(run_opts{}.model_key());
@@ -474,7 +491,8 @@ struct bench_env {
   stage_rates bound(run_opts o = {}) {
     const std::size_t batch = o.batch != 0 ? o.batch : cfg.batch;
     const std::size_t workers = o.workers != 0 ? o.workers : cfg.workers;
-    const auto key = std::tuple{std::is_same_v<Elem, float>, batch, workers, o.lanes, o.model_key()};
+    const auto key =
+        std::tuple{std::is_same_v<Elem, float>, batch, workers, o.lanes, o.model_key()};
     if (const auto it = bounds_.find(key); it != bounds_.end()) return it->second;
     return bounds_[key] = measure_bound<Elem>(o, batch, workers);
   }
@@ -491,7 +509,9 @@ struct bench_env {
     std::vector<std::vector<prepared<Elem>>> held(workers);
     r.prepare = parallel_rate(
         workers, per_worker, 5,
-        [&](std::size_t t, std::size_t i) { held[t].push_back(prepare_as<Elem>(t * per_worker + i, cfg)); },
+        [&](std::size_t t, std::size_t i) {
+          held[t].push_back(prepare_as<Elem>(t * per_worker + i, cfg));
+        },
         [&] {
           for (auto& h : held) {
             h.clear();
@@ -509,7 +529,8 @@ struct bench_env {
         std::memcpy(slots[t].data() + k * n, items[k].px.data(), n * sizeof(Elem));
       });
       std::vector<Elem> input(batch * n);
-      for (std::size_t i = 0; i < batch; ++i) std::copy(items[i].px.begin(), items[i].px.end(), input.data() + i * n);
+      for (std::size_t i = 0; i < batch; ++i)
+        std::copy(items[i].px.begin(), items[i].px.end(), input.data() + i * n);
       device_rates<R>(r, m, batch, n, o.lanes, input.data());
     }
     r.post = post_rate();
@@ -519,21 +540,24 @@ struct bench_env {
   // The transfer-bound configuration's frames, their model, step and labels (first use).
   struct frames_env {
     frames_env(const config& c)
-        : model(cm::mlp_options{.shape = c.frame_shape(), .lanes = c.frame_lanes + 1, .max_items = c.frame_batch}),
+        : model(cm::mlp_options{
+              .shape = c.frame_shape(), .lanes = c.frame_lanes + 1, .max_items = c.frame_batch}),
           step(c.frame_batch, c.frame_bytes),
-          pool(c.frame_pool * c.frame_bytes), label(c.frame_pool) {
+          pool(c.frame_pool * c.frame_bytes),
+          label(c.frame_pool) {
       for (std::size_t f = 0; f < c.frame_pool; ++f)
         cm::make_pixels(1000003 + f, std::span(pool.data() + f * c.frame_bytes, c.frame_bytes));
       for (std::size_t first = 0; first < c.frame_pool; first += c.frame_batch) {
         const std::size_t b = std::min(c.frame_batch, c.frame_pool - first);
         std::memcpy(step.in.data(), pool.data() + first * c.frame_bytes, b * c.frame_bytes);
-        step.run(model, b, c.frame_lanes);  // the loops' lane: 0 .. frame_lanes - 1 are the pipeline's
+        // the loops' lane: 0 .. frame_lanes - 1 are the pipeline's
+        step.run(model, b, c.frame_lanes);
         std::copy_n(step.out.data(), b, label.begin() + static_cast<std::ptrdiff_t>(first));
       }
     }
     cm::model_t<R> model;
     device_step<R> step;
-    std::vector<std::uint8_t> pool;   // pageable host memory, as a decoder's output would be
+    std::vector<std::uint8_t> pool;    // pageable host memory, as a decoder's output would be
     std::vector<std::uint32_t> label;  // per frame of the pool
   };
   // pool: cfg.frame_pool (more than the caches hold) or cfg.frame_pool_hot (a few frames,
@@ -602,7 +626,7 @@ struct bench_env {
   device_step<R> step;
   std::map<std::size_t, std::unique_ptr<frames_env>> frames_;  // by pool size; made on first use
   std::map<std::tuple<bool, std::size_t, std::size_t, std::size_t, model_key>, stage_rates> bounds_;
-  std::vector<std::uint32_t> expected;       // the serial peer's labels
+  std::vector<std::uint32_t> expected;  // the serial peer's labels
   std::vector<std::uint8_t> tmp;
 };
 
@@ -661,10 +685,10 @@ void batched(benchmark::State& state, bench_env<R>& env, staging st) {
 // many steps as its lanes. The queue holds 2 batches per thread at its ends (4 at least).
 template <class R, class Model, class Produce, class Stage>
 void thread_queue_loop(benchmark::State& state, bench_env<R>& env, staging st, Model& model,
-                       const std::vector<device_step<R>*>& steps, const std::vector<std::size_t>& lanes,
-                       std::size_t producers, std::size_t batch,
-                       const std::vector<std::uint32_t>& want, const stage_rates& bound,
-                       Produce produce, Stage stage) {
+                       const std::vector<device_step<R>*>& steps,
+                       const std::vector<std::size_t>& lanes, std::size_t producers,
+                       std::size_t batch, const std::vector<std::uint32_t>& want,
+                       const stage_rates& bound, Produce produce, Stage stage) {
   using item_t = std::invoke_result_t<Produce&, std::uint64_t>;
   using batch_t = std::vector<std::pair<std::uint64_t, item_t>>;
   const std::size_t items = want.size(), batches = (items + batch - 1) / batch;
@@ -684,7 +708,8 @@ void thread_queue_loop(benchmark::State& state, bench_env<R>& env, staging st, M
         threads.emplace_back([&, p] {
           for (std::size_t k = p; k < batches; k += producers) {
             batch_t b;
-            for (std::uint64_t id = k * batch; id < std::min<std::uint64_t>((k + 1) * batch, items); ++id)
+            for (std::uint64_t id = k * batch; id < std::min<std::uint64_t>((k + 1) * batch, items);
+                 ++id)
               b.emplace_back(id, produce(id));
             std::unique_lock lock{m};
             cv.wait(lock, [&] { return q.size() < depth; });
@@ -726,7 +751,8 @@ void thread_queue_loop(benchmark::State& state, bench_env<R>& env, staging st, M
 // once untimed to bind its model lane, as a pipeline's lanes are made before its run.
 template <class R, class Model>
 struct peer_steps {
-  peer_steps(Model& model, std::size_t n, std::size_t batch, std::size_t elems, const std::uint8_t* first) {
+  peer_steps(Model& model, std::size_t n, std::size_t batch, std::size_t elems,
+             const std::uint8_t* first) {
     for (std::size_t l = 0; l < n; ++l) {
       owned.push_back(std::make_unique<device_step<R>>(batch, elems));
       std::copy_n(first, elems, owned.back()->in.data());
@@ -755,15 +781,16 @@ void thread_queue(benchmark::State& state, bench_env<R>& env, staging st, run_op
   };
   const std::vector<std::uint32_t>& want = env.expected_for(o);
   if (streams == 0) {
-    thread_queue_loop(state, env, st, model, {&env.step}, {bench_env<R>::max_lanes}, 1, batch,
-                      want, env.bound(o), produce, stage);
+    thread_queue_loop(state, env, st, model, {&env.step}, {bench_env<R>::max_lanes}, 1, batch, want,
+                      env.bound(o), produce, stage);
     return;
   }
   o.lanes = streams;  // the bound of the pipeline with as many lanes
   const std::vector<std::uint8_t> px = prepare(0, c).px;
   peer_steps<R, cm::model_t<R>> peer(model, streams, batch, c.shape.input, px.data());
   thread_queue_loop(state, env, st, model, peer.steps, peer.lanes,
-                    o.workers != 0 ? o.workers : c.workers, batch, want, env.bound(o), produce, stage);
+                    o.workers != 0 ? o.workers : c.workers, batch, want, env.bound(o), produce,
+                    stage);
 }
 
 // The transfer-bound frames: the producer only passes frame ids (the frames exist); the
@@ -787,8 +814,8 @@ void thread_queue_frames(benchmark::State& state, bench_env<R>& env, std::size_t
     return;
   }
   peer_steps<R, cm::model_t<R>> peer(f.model, streams, c.frame_batch, c.frame_bytes, f.pool.data());
-  thread_queue_loop(state, env, staging::pinned, f.model, peer.steps, peer.lanes, 1,
-                    c.frame_batch, want, env.frames_bound(pool), produce, stage);
+  thread_queue_loop(state, env, staging::pinned, f.model, peer.steps, peer.lanes, 1, c.frame_batch,
+                    want, env.frames_bound(pool), produce, stage);
 }
 
 // The frames' work as a hand-tuned multi-stream loop, the floor of what any pipeline adds
@@ -902,8 +929,10 @@ std::string current_row;  // the benchmark running now (State has no name in ben
 
 // With CONVEYOR_BENCH_REPORTS=1 in the environment the last iteration's report is printed
 // to stderr too (which stage was busy, starved or blocked, the verdict).
-inline void report_counters(benchmark::State& state, double busy_sum, const conveyor::report& last) {
-  if (const char* e = std::getenv("CONVEYOR_BENCH_REPORTS"); e != nullptr && std::string_view(e) == "1")
+inline void report_counters(benchmark::State& state, double busy_sum,
+                            const conveyor::report& last) {
+  if (const char* e = std::getenv("CONVEYOR_BENCH_REPORTS");
+      e != nullptr && std::string_view(e) == "1")
     std::cerr << "\n" << current_row << ":\n" << last << std::flush;
   state.counters["gpu_busy_fraction"] =
       busy_sum / static_cast<double>(std::max<benchmark::IterationCount>(1, state.iterations()));
@@ -938,7 +967,10 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
     state.PauseTiming();
     {
       auto segment = conveyor::gpu<R, Elem, std::uint32_t>(
-          {.lanes = lanes, .slots_per_lane = 2, .in_elems = batch * n, .out_elems = batch,
+          {.lanes = lanes,
+           .slots_per_lane = 2,
+           .in_elems = batch * n,
+           .out_elems = batch,
            .name = "mlp"},
           [n](std::vector<item_t>& b, typename R::template pinned_span<Elem> dst) {
             for (std::size_t i = 0; i < b.size(); ++i)
@@ -958,7 +990,10 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
       segment.streams(cm::lane_streams<R>(model));
       conveyor::pipeline p{
           ids(c) |
-          conveyor::map([&c](std::uint64_t id) { return prepare_as<Elem>(id, c); }).workers(workers).ordered().name("prepare") |
+          conveyor::map([&c](std::uint64_t id) { return prepare_as<Elem>(id, c); })
+              .workers(workers)
+              .ordered()
+              .name("prepare") |
           conveyor::batch(batch) | std::move(segment) | conveyor::unbatch() |
           conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
       timed_run(state, p, runs);
@@ -985,8 +1020,11 @@ void pipelined_frames(benchmark::State& state, bench_env<R>& env, std::size_t po
     state.PauseTiming();  // construction and destruction are not timed (see pipelined_as)
     {
       auto segment = conveyor::gpu<R, std::uint8_t, std::uint32_t>(
-          {.lanes = c.frame_lanes, .slots_per_lane = 2, .in_elems = c.frame_batch * fb,
-           .out_elems = c.frame_batch, .name = "mlp"},
+          {.lanes = c.frame_lanes,
+           .slots_per_lane = 2,
+           .in_elems = c.frame_batch * fb,
+           .out_elems = c.frame_batch,
+           .name = "mlp"},
           [&](std::vector<std::uint64_t>& b, typename R::template pinned_span<std::uint8_t> dst) {
             for (std::size_t i = 0; i < b.size(); ++i)
               std::memcpy(dst.data() + i * fb, f.pool.data() + (b[i] % pool) * fb, fb);
@@ -996,7 +1034,8 @@ void pipelined_frames(benchmark::State& state, bench_env<R>& env, std::size_t po
             f.model.classify(l.in, l.out, l.items, l.stream, l.lane);
             return l.items;
           },
-          [](std::vector<std::uint64_t>&& b, typename R::template pinned_span<const std::uint32_t> cls) {
+          [](std::vector<std::uint64_t>&& b,
+             typename R::template pinned_span<const std::uint32_t> cls) {
             std::vector<label> out;
             out.reserve(b.size());
             for (std::size_t i = 0; i < b.size(); ++i) out.push_back({b[i], cls[i]});
@@ -1004,8 +1043,7 @@ void pipelined_frames(benchmark::State& state, bench_env<R>& env, std::size_t po
           });
       segment.streams(cm::lane_streams<R>(f.model));
       conveyor::pipeline p{
-          ids(c) |
-          conveyor::batch(c.frame_batch) | std::move(segment) | conveyor::unbatch() |
+          ids(c) | conveyor::batch(c.frame_batch) | std::move(segment) | conveyor::unbatch() |
           conveyor::sink([&got](label l) { got[l.id] = l.cls; }).name("postprocess")};
       timed_run(state, p, runs);
     }  // p and the segment go here, untimed
@@ -1048,7 +1086,8 @@ struct paced_label {
 };
 
 inline std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch())
+      .count();
 }
 
 // Builds the image pipeline of o over `items` paced items (offered items/s; 0: a flood)
@@ -1063,9 +1102,14 @@ double run_paced(bench_env<R>& env, const run_opts& o, std::size_t items, double
   const std::size_t workers = o.workers != 0 ? o.workers : c.workers;
   auto& model = env.model_for(o);
   auto segment = conveyor::gpu<R, std::uint8_t, std::uint32_t>(
-      {.lanes = lanes, .slots_per_lane = 2, .in_elems = batch * n, .out_elems = batch, .name = "mlp"},
+      {.lanes = lanes,
+       .slots_per_lane = 2,
+       .in_elems = batch * n,
+       .out_elems = batch,
+       .name = "mlp"},
       [n](std::vector<paced_image>& b, typename R::template pinned_span<std::uint8_t> dst) {
-        for (std::size_t i = 0; i < b.size(); ++i) std::memcpy(dst.data() + i * n, b[i].px.data(), n);
+        for (std::size_t i = 0; i < b.size(); ++i)
+          std::memcpy(dst.data() + i * n, b[i].px.data(), n);
         return b.size() * n;
       },
       [&model](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {
@@ -1085,7 +1129,8 @@ double run_paced(bench_env<R>& env, const run_opts& o, std::size_t items, double
                         start = std::int64_t{0}]() mutable -> std::optional<paced_item> {
         if (i == items) return std::nullopt;
         if (i == 0) start = now_ns();
-        const std::int64_t due = start + static_cast<std::int64_t>(static_cast<double>(i) * period_ns);
+        const std::int64_t due =
+            start + static_cast<std::int64_t>(static_cast<double>(i) * period_ns);
         if (const std::int64_t now = now_ns(); now < due)
           std::this_thread::sleep_for(std::chrono::nanoseconds(due - now));
         return paced_item{i++, period_ns > 0 ? due : now_ns()};
@@ -1093,9 +1138,13 @@ double run_paced(bench_env<R>& env, const run_opts& o, std::size_t items, double
       conveyor::map([&c](paced_item it) {
         paced_image im{it.id, it.due_ns, std::vector<std::uint8_t>(c.shape.input)};
         thread_local std::vector<std::uint8_t> tmp;
-        prepare_into(it.id % c.items, im.px.data(), c.shape.input, c.prepare_rounds, tmp);  // the config's images, again and again
+        // the config's images, again and again
+        prepare_into(it.id % c.items, im.px.data(), c.shape.input, c.prepare_rounds, tmp);
         return im;
-      }).workers(workers).ordered().name("prepare") |
+      })
+          .workers(workers)
+          .ordered()
+          .name("prepare") |
       conveyor::batch(batch).max_delay(std::chrono::milliseconds(2)) | std::move(segment) |
       conveyor::unbatch() | conveyor::sink(std::move(sink)).name("postprocess")};
   if (state != nullptr) state->ResumeTiming();
@@ -1113,7 +1162,8 @@ double reference_rate(bench_env<R>& env) {
   static double rate = 0;
   if (rate == 0)
     for (int r = 0; r < 2; ++r) {
-      const double s = run_paced(env, {}, env.cfg.items, 0.0, [](paced_label) {}, nullptr);
+      const double s = run_paced(
+          env, {}, env.cfg.items, 0.0, [](paced_label) {}, nullptr);
       rate = std::max(rate, static_cast<double>(env.cfg.items) / s);
     }
   return rate;
@@ -1135,10 +1185,13 @@ void paced(benchmark::State& state, bench_env<R>& env, run_opts o, double load) 
   double timed_s = 0;
   for (auto _ : state) {
     state.PauseTiming();  // construction and destruction are not timed (see pipelined_as)
-    timed_s += run_paced(env, o, items, offered, [&](paced_label l) {
-      latency_ms.push_back(static_cast<double>(now_ns() - l.due_ns) * 1e-6);
-      got[l.id] = l.cls;
-    }, &state);
+    timed_s += run_paced(
+        env, o, items, offered,
+        [&](paced_label l) {
+          latency_ms.push_back(static_cast<double>(now_ns() - l.due_ns) * 1e-6);
+          got[l.id] = l.cls;
+        },
+        &state);
     state.ResumeTiming();
   }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(items));
@@ -1199,10 +1252,13 @@ void register_all(const config& c) {
   const std::string rt{R::name};
   constexpr bool cuda = !std::is_same_v<R, conveyor::host::runtime>;
   auto add = [](const std::string& name, auto fn) {
-    benchmark::RegisterBenchmark(name.c_str(), [fn, name](benchmark::State& s) {
-      current_row = name;
-      fn(s);
-    })->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [fn, name](benchmark::State& s) {
+                                   current_row = name;
+                                   fn(s);
+                                 })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   };
   auto conveyor_run = [get, add](const std::string& name, run_opts o) {
     add(name, [get, o](benchmark::State& s) { pipelined<R>(s, get(), o); });
@@ -1221,7 +1277,8 @@ void register_all(const config& c) {
   const std::pair<const char*, loop_fn> loops[] = {
       {"/serial", serial<R>},
       {"/batched", batched<R>},
-      {"/thread_queue", [](benchmark::State& s, bench_env<R>& e, staging st) { thread_queue<R>(s, e, st); }}};
+      {"/thread_queue",
+       [](benchmark::State& s, bench_env<R>& e, staging st) { thread_queue<R>(s, e, st); }}};
   for (const staging st : {staging::pinned, staging::pageable}) {
     const std::string suffix = st == staging::pageable ? "/staging:pageable" : "";
     for (const auto& [name, fn] : loops)
@@ -1244,8 +1301,8 @@ void register_all(const config& c) {
         conveyor_run(rt + "/conveyor/graphs:" + (g ? "on" : "off") + "/batch:" + std::to_string(b),
                      {.batch = b, .graphs = g});
     // The GEMMs' precision, on the default model and on the compute-bound one.
-    for (const cm::precision p : {cm::precision::fp32, cm::precision::tf32, cm::precision::fp16,
-                                  cm::precision::bf16}) {
+    for (const cm::precision p :
+         {cm::precision::fp32, cm::precision::tf32, cm::precision::fp16, cm::precision::bf16}) {
       const std::string ps{cm::to_string(p)};
       conveyor_run(rt + "/conveyor/precision:" + ps, {.prec = p});
       conveyor_run(rt + "/conveyor/model:wide/precision:" + ps, {.wide = true, .prec = p});
@@ -1257,7 +1314,8 @@ void register_all(const config& c) {
   for (const std::size_t b : sweep_batches)
     for (const double load : {0.25, 0.5, 0.75, 0.95}) {
       char name[96];
-      std::snprintf(name, sizeof name, "%s/conveyor/paced/batch:%zu/load:%.2f", rt.c_str(), b, load);
+      std::snprintf(name, sizeof name, "%s/conveyor/paced/batch:%zu/load:%.2f", rt.c_str(), b,
+                    load);
       add(name, [get, b, load](benchmark::State& s) { paced<R>(s, get(), {.batch = b}, load); });
     }
   // The compute-bound and the transfer-bound configurations, each beside the hand-written
@@ -1269,16 +1327,21 @@ void register_all(const config& c) {
   for (const bool hot : {false, true}) {
     const std::size_t pool = hot ? c.frame_pool_hot : c.frame_pool;
     const std::string suffix = hot ? "/frames/pool:hot" : "/frames";
-    add(rt + "/conveyor" + suffix, [get, pool](benchmark::State& s) { pipelined_frames<R>(s, get(), pool); });
+    add(rt + "/conveyor" + suffix,
+        [get, pool](benchmark::State& s) { pipelined_frames<R>(s, get(), pool); });
     add(rt + "/thread_queue" + suffix,
         [get, pool](benchmark::State& s) { thread_queue_frames<R>(s, get(), pool); });
     add(rt + "/thread_queue" + suffix + "/streams:" + std::to_string(c.frame_lanes),
-        [get, pool, l = c.frame_lanes](benchmark::State& s) { thread_queue_frames<R>(s, get(), pool, l); });
-    add(rt + "/by_hand" + suffix, [get, pool](benchmark::State& s) { by_hand_frames<R>(s, get(), pool); });
+        [get, pool, l = c.frame_lanes](benchmark::State& s) {
+          thread_queue_frames<R>(s, get(), pool, l);
+        });
+    add(rt + "/by_hand" + suffix,
+        [get, pool](benchmark::State& s) { by_hand_frames<R>(s, get(), pool); });
   }
   for (const staging st : {staging::pinned, staging::pageable})
     for (const bool h2d : {true, false})
-      add(rt + "/bandwidth/" + (h2d ? "h2d:" : "d2h:") + (st == staging::pinned ? "pinned" : "pageable"),
+      add(rt + "/bandwidth/" + (h2d ? "h2d:" : "d2h:") +
+              (st == staging::pinned ? "pinned" : "pageable"),
           [get, h2d, st](benchmark::State& s) { bandwidth<R>(s, get(), h2d, st); });
 }
 
@@ -1287,10 +1350,10 @@ void add_context(const char* runtime, const config& c) {
   benchmark::AddCustomContext(
       "workload", std::to_string(c.items) + " uint8 images of " + std::to_string(c.shape.input) +
                       " px per iteration; MLP " + std::to_string(c.shape.input) + "->" +
-                      std::to_string(c.shape.hidden) + "x" + std::to_string(c.shape.layers - 1) + "->" +
-                      std::to_string(c.shape.classes) + " fp32; batch " + std::to_string(c.batch) +
-                      "; prepare workers " + std::to_string(c.workers) + ", blur rounds " +
-                      std::to_string(c.prepare_rounds));
+                      std::to_string(c.shape.hidden) + "x" + std::to_string(c.shape.layers - 1) +
+                      "->" + std::to_string(c.shape.classes) + " fp32; batch " +
+                      std::to_string(c.batch) + "; prepare workers " + std::to_string(c.workers) +
+                      ", blur rounds " + std::to_string(c.prepare_rounds));
   double load[1] = {0};
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(f, "%lf", &load[0]) != 1) load[0] = -1;
@@ -1312,18 +1375,30 @@ int main(int argc, char** argv) {
 #if CONVEYOR_HAS_CUDA
   if (conveyor::cuda::device_count() > 0) {
     const config c{.shape = {.input = 784, .hidden = 1024, .layers = 4, .classes = 10},
-                   .batch = 256, .items = 32768, .workers = 4, .prepare_rounds = 8,
-                   .copy_bytes = std::size_t{64} << 20, .wide_hidden = 8192,
-                   .frame_bytes = std::size_t{256} << 10, .frame_pool = 256,
-                   .frame_pool_hot = 16, .frame_batch = 32, .frame_lanes = 8};
+                   .batch = 256,
+                   .items = 32768,
+                   .workers = 4,
+                   .prepare_rounds = 8,
+                   .copy_bytes = std::size_t{64} << 20,
+                   .wide_hidden = 8192,
+                   .frame_bytes = std::size_t{256} << 10,
+                   .frame_pool = 256,
+                   .frame_pool_hot = 16,
+                   .frame_batch = 32,
+                   .frame_lanes = 8};
     add_context("cuda (conveyor_models::mlp, cuBLAS)", c);
     register_all<conveyor::cuda::runtime>(c);
   } else
 #endif
   {
     const config c{.shape = {.input = 256, .hidden = 128, .layers = 3, .classes = 10},
-                   .batch = 32, .items = 4096, .workers = 2, .prepare_rounds = 8,
-                   .wide_hidden = 512, .frame_bytes = std::size_t{16} << 10, .frame_pool = 64,
+                   .batch = 32,
+                   .items = 4096,
+                   .workers = 2,
+                   .prepare_rounds = 8,
+                   .wide_hidden = 512,
+                   .frame_bytes = std::size_t{16} << 10,
+                   .frame_pool = 64,
                    .frame_batch = 16};
     add_context("host (no GPU: conveyor_models::cpu_mlp on host streams)", c);
     register_all<conveyor::host::runtime>(c);

@@ -312,8 +312,7 @@ void burn_cpu(std::chrono::nanoseconds d) noexcept {
 }
 
 constexpr std::array<std::chrono::microseconds, 3> stage_costs{
-    std::chrono::microseconds(200), std::chrono::microseconds(300),
-    std::chrono::microseconds(100)};
+    std::chrono::microseconds(200), std::chrono::microseconds(300), std::chrono::microseconds(100)};
 
 // One stage's work: waits or burns its cost, then passes the item on, changed.
 struct costly_stage {
@@ -385,12 +384,11 @@ void run_overlap(benchmark::State& state, cost_kind kind, Body body) {
 void conveyor_overlap(benchmark::State& state, cost_kind kind,
                       conveyor::thread_placement placement) {
   run_overlap(state, kind, [kind, placement](overlap_check& check) {
-    conveyor::pipeline p{conveyor::from_range(std::views::iota(item{0}, overlap_items)) |
-                             conveyor::map(stage(kind, 0)) | conveyor::map(stage(kind, 1)) |
-                             conveyor::map(stage(kind, 2)) |
-                             conveyor::sink([&check](item x) { check(x); }),
-                         conveyor::pipeline_options{.placement = placement,
-                                                    .placement_period = placement_period}};
+    conveyor::pipeline p{
+        conveyor::from_range(std::views::iota(item{0}, overlap_items)) |
+            conveyor::map(stage(kind, 0)) | conveyor::map(stage(kind, 1)) |
+            conveyor::map(stage(kind, 2)) | conveyor::sink([&check](item x) { check(x); }),
+        conveyor::pipeline_options{.placement = placement, .placement_period = placement_period}};
     (void)p.run();
   });
 }
@@ -401,19 +399,18 @@ void tbb_overlap(benchmark::State& state, cost_kind kind) {
     constexpr auto in_order = tbb::filter_mode::serial_in_order;
     item next = 0;
     tbb::parallel_pipeline(
-        tbb_tokens(),
-        tbb::make_filter<void, item>(in_order,
-                                     [&next](tbb::flow_control& fc) -> item {
-                                       if (next == overlap_items) {
-                                         fc.stop();
-                                         return 0;
-                                       }
-                                       return next++;
-                                     }) &
-            tbb::make_filter<item, item>(in_order, stage(kind, 0)) &
-            tbb::make_filter<item, item>(in_order, stage(kind, 1)) &
-            tbb::make_filter<item, item>(in_order, stage(kind, 2)) &
-            tbb::make_filter<item, void>(in_order, [&check](item x) { check(x); }));
+        tbb_tokens(), tbb::make_filter<void, item>(in_order,
+                                                   [&next](tbb::flow_control& fc) -> item {
+                                                     if (next == overlap_items) {
+                                                       fc.stop();
+                                                       return 0;
+                                                     }
+                                                     return next++;
+                                                   }) &
+                          tbb::make_filter<item, item>(in_order, stage(kind, 0)) &
+                          tbb::make_filter<item, item>(in_order, stage(kind, 1)) &
+                          tbb::make_filter<item, item>(in_order, stage(kind, 2)) &
+                          tbb::make_filter<item, void>(in_order, [&check](item x) { check(x); }));
   });
 }
 
@@ -443,10 +440,12 @@ void register_all() {
     for (const auto& [suffix, metrics, placement, ring_growth] :
          {std::tuple{"/metrics:on", true, thread_placement::automatic, growth},
           std::tuple{"/metrics:off", false, thread_placement::automatic, growth},
-          std::tuple{"/metrics:off/ring_growth:1", false, thread_placement::automatic, std::size_t{1}},
+          std::tuple{"/metrics:off/ring_growth:1", false, thread_placement::automatic,
+                     std::size_t{1}},
           std::tuple{"/metrics:off/placement:os", false, thread_placement::os, growth}})
-      benchmark::RegisterBenchmark(("conveyor/trivial/workers:" + std::to_string(w) + suffix).c_str(),
-                                   conveyor_trivial, w, metrics, placement, ring_growth)
+      benchmark::RegisterBenchmark(
+          ("conveyor/trivial/workers:" + std::to_string(w) + suffix).c_str(), conveyor_trivial, w,
+          metrics, placement, ring_growth)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("tbb/trivial", tbb_trivial)
@@ -464,13 +463,14 @@ void register_all() {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 
-  for (const auto& [name, kind] : {std::pair{"sleep", cost_kind::sleep},
-                                   std::pair{"spin", cost_kind::spin}}) {
+  for (const auto& [name, kind] :
+       {std::pair{"sleep", cost_kind::sleep}, std::pair{"spin", cost_kind::spin}}) {
     const std::string suffix = std::string("/overlap/") + name;
     // One iteration of 2000 items (~0.6 to 1.5 s) per repetition: fixed, so that the
     // isolated costs measured before it belong to that very iteration's run.
     for (const auto& [placement_suffix, placement] :
-         {std::pair{"", thread_placement::automatic}, std::pair{"/placement:os", thread_placement::os},
+         {std::pair{"", thread_placement::automatic},
+          std::pair{"/placement:os", thread_placement::os},
           std::pair{"/placement:by_load", thread_placement::by_load}})
       benchmark::RegisterBenchmark(("conveyor" + suffix + placement_suffix).c_str(),
                                    conveyor_overlap, kind, placement)

@@ -49,16 +49,16 @@
 
 #include <pthread.h>  // pthread_setaffinity_np: pin each thread to one core
 #include <sched.h>
-#include <time.h>     // clock_gettime(CLOCK_THREAD_CPUTIME_ID)
+#include <time.h>  // clock_gettime(CLOCK_THREAD_CPUTIME_ID)
 
-#include <boost/lockfree/queue.hpp>
-#include <boost/lockfree/spsc_queue.hpp>
 #include <concurrentqueue/blockingconcurrentqueue.h>
 #include <readerwriterqueue/readerwritercircularbuffer.h>
 #include <readerwriterqueue/readerwriterqueue.h>
+#include <boost/lockfree/queue.hpp>
+#include <boost/lockfree/spsc_queue.hpp>
 
-#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/base/config.hpp"
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
@@ -87,12 +87,14 @@ inline bool is(const item64& v, item i) { return v.w[0] == i && v.w[7] == i + 7;
 enum class regime { balanced, producer_faster, consumer_faster };
 constexpr int work_rounds = 4;
 inline void work(item& state) noexcept {
-  for (int i = 0; i < work_rounds; ++i) state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (int i = 0; i < work_rounds; ++i)
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
   benchmark::DoNotOptimize(state);
 }
 constexpr const char* regime_name(regime r) {
-  return r == regime::balanced ? "balanced" : r == regime::producer_faster ? "producer-faster"
-                                                                            : "consumer-faster";
+  return r == regime::balanced          ? "balanced"
+         : r == regime::producer_faster ? "producer-faster"
+                                        : "consumer-faster";
 }
 
 constexpr item spsc_items = item{1} << 20;
@@ -459,7 +461,8 @@ void spsc_throughput(benchmark::State& state, std::size_t capacity) {
   item out_of_order = 0;
   const auto pass = [&] {
     return run_pinned({
-        {core(0), [&] {
+        {core(0),
+         [&] {
            item w = 1;
            E v{};
            for (item i = 0; i < spsc_items; ++i) {
@@ -468,7 +471,8 @@ void spsc_throughput(benchmark::State& state, std::size_t capacity) {
              put<P>(*q, p, v);
            }
          }},
-        {core(1), [&] {
+        {core(1),
+         [&] {
            item bad = 0, w = 2;
            for (item i = 0; i < spsc_items; ++i) {
              bad += !is(take<P>(*q, c), i);
@@ -496,7 +500,8 @@ void round_trip(benchmark::State& state) {
   item wrong = 0;
   for (auto _ : state) {
     const double s = run_pinned({
-        {core(0), [&] {
+        {core(0),
+         [&] {
            item bad = 0;
            for (item i = 0; i < rtt_round_trips; ++i) {
              put<P>(*ping, ping_p, i);
@@ -504,9 +509,9 @@ void round_trip(benchmark::State& state) {
            }
            wrong += bad;
          }},
-        {core(1), [&] {
-           for (item i = 0; i < rtt_round_trips; ++i)
-             put<P>(*pong, pong_p, take<P>(*ping, ping_c));
+        {core(1),
+         [&] {
+           for (item i = 0; i < rtt_round_trips; ++i) put<P>(*pong, pong_p, take<P>(*ping, ping_c));
          }},
     });
     state.SetIterationTime(s);
@@ -574,7 +579,8 @@ void idle_consumer(benchmark::State& state) {
     std::int64_t cpu_ns = 0;
     clock_type::time_point blocked_at{}, woke_at{};
     const double s = run_pinned({
-        {core(0), [&] {
+        {core(0),
+         [&] {
            const std::int64_t t0 = thread_cpu_ns();
            blocked_at = clock_type::now();
            item v = 0;
@@ -582,7 +588,8 @@ void idle_consumer(benchmark::State& state) {
            woke_at = clock_type::now();
            cpu_ns = thread_cpu_ns() - t0;
          }},
-        {core(1), [&] {
+        {core(1),
+         [&] {
            std::this_thread::sleep_for(std::chrono::seconds(1));
            while (!q->try_push(p, 1)) std::this_thread::yield();
          }},
@@ -626,8 +633,8 @@ void add_spsc(const std::string& queue, std::size_t cap, bool with_try = true) {
 // named spsc/<queue>/<path>/<capacity>/<item bytes>B/<regime>.
 template <regime R, std::size_t Cap, class E>
 void add_spsc_regime() {
-  const std::string tail = "/" + std::to_string(Cap) + "/" + std::to_string(sizeof(E)) + "B/" +
-                           regime_name(R);
+  const std::string tail =
+      "/" + std::to_string(Cap) + "/" + std::to_string(sizeof(E)) + "B/" + regime_name(R);
   const auto one = [&]<class Q>(const std::string& queue, bool block) {
     add("spsc/" + queue + (block ? "/block" : "/try") + tail, [block](benchmark::State& st) {
       if (block) {

@@ -10,8 +10,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <iostream>
 #include <cstdlib>
+#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -24,7 +24,7 @@ using R = conveyor::host::runtime;
 using clock_type = std::chrono::steady_clock;
 
 constexpr std::size_t pixels = 256, classes = 10, batch_size = 32;
-constexpr auto model_fixed = std::chrono::microseconds(600);   // per launch: device time
+constexpr auto model_fixed = std::chrono::microseconds(600);    // per launch: device time
 constexpr auto model_per_item = std::chrono::microseconds(10);  // per item: device time
 
 struct image {
@@ -75,9 +75,10 @@ std::uint32_t argmax(const float* s) {
 
 int main(int argc, char** argv) {
   const std::uint64_t items = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 20000;
-  std::printf("conveyor demo: %llu images, batches of %zu, model = %lld us + %lld us/item of device time\n",
-              static_cast<unsigned long long>(items), batch_size,
-              static_cast<long long>(model_fixed.count()), static_cast<long long>(model_per_item.count()));
+  std::printf(
+      "conveyor demo: %llu images, batches of %zu, model = %lld us + %lld us/item of device time\n",
+      static_cast<unsigned long long>(items), batch_size,
+      static_cast<long long>(model_fixed.count()), static_cast<long long>(model_per_item.count()));
   std::printf("runtime: host (no GPU needed; streams are threads, kernels their work)\n\n");
 
   // 1. The serial loop: prepare -> copy -> model -> copy back -> postprocess, one after another.
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
   {
     std::vector<float> in(batch_size * pixels), out(batch_size * classes);
     for (std::uint64_t first = 0; first < items; first += batch_size) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(batch_size, items - first));
+      const std::size_t n =
+          static_cast<std::size_t>(std::min<std::uint64_t>(batch_size, items - first));
       for (std::size_t i = 0; i < n; ++i) {
         tensor t = prepare(make_image(first + i));
         std::copy(t.x.begin(), t.x.end(), in.begin() + static_cast<std::ptrdiff_t>(i * pixels));
@@ -101,10 +103,14 @@ int main(int argc, char** argv) {
   std::uint64_t pipelined_sum = 0, next_id = 0;
   bool in_order = true;
   auto segment = conveyor::gpu<R, float, float>(
-      {.lanes = 2, .slots_per_lane = 2, .in_elems = batch_size * pixels, .out_elems = batch_size * classes},
+      {.lanes = 2,
+       .slots_per_lane = 2,
+       .in_elems = batch_size * pixels,
+       .out_elems = batch_size * classes},
       [](std::vector<tensor>& b, R::pinned_span<float> dst) {  // stage-in: straight into pinned
         for (std::size_t i = 0; i < b.size(); ++i)
-          std::copy(b[i].x.begin(), b[i].x.end(), dst.begin() + static_cast<std::ptrdiff_t>(i * pixels));
+          std::copy(b[i].x.begin(), b[i].x.end(),
+                    dst.begin() + static_cast<std::ptrdiff_t>(i * pixels));
         return b.size() * pixels;
       },
       [](conveyor::lane_batch<R, float, float>& l) {  // compute: enqueue on the lane's stream
@@ -116,7 +122,8 @@ int main(int argc, char** argv) {
       [](std::vector<tensor>&& b, R::pinned_span<const float> scores) {  // stage-out
         std::vector<label> labels;
         labels.reserve(b.size());
-        for (std::size_t i = 0; i < b.size(); ++i) labels.push_back({b[i].id, argmax(&scores[i * classes])});
+        for (std::size_t i = 0; i < b.size(); ++i)
+          labels.push_back({b[i].id, argmax(&scores[i * classes])});
         return labels;
       });
   conveyor::pipeline p{
@@ -125,12 +132,11 @@ int main(int argc, char** argv) {
         return make_image(i++);
       }) |
       conveyor::map(prepare).workers(2).ordered().name("prepare") |
-      conveyor::batch(batch_size).max_delay(std::chrono::milliseconds(2)) |
-      std::move(segment) | conveyor::unbatch() |
-      conveyor::sink([&](label l) {
-        in_order &= l.id == next_id++;
-        pipelined_sum += l.cls;
-      }).name("postprocess")};
+      conveyor::batch(batch_size).max_delay(std::chrono::milliseconds(2)) | std::move(segment) |
+      conveyor::unbatch() | conveyor::sink([&](label l) {
+                              in_order &= l.id == next_id++;
+                              pipelined_sum += l.cls;
+                            }).name("postprocess")};
   const auto t1 = clock_type::now();
   const conveyor::report c = p.run();
   const double pipelined_s = std::chrono::duration<double>(clock_type::now() - t1).count();
@@ -139,10 +145,11 @@ int main(int argc, char** argv) {
   std::printf("  serial loop   %8.0f items/s  (%.2f s)\n", items / serial_s, serial_s);
   std::printf("  conveyor      %8.0f items/s  (%.2f s)   %.2fx\n", items / pipelined_s, pipelined_s,
               serial_s / pipelined_s);
-  std::printf("  results       %s; produced %llu = completed %llu + failed %llu + cancelled %llu\n",
-              same ? "identical to the serial loop, in order" : "DIFFERENT from the serial loop",
-              static_cast<unsigned long long>(c.produced), static_cast<unsigned long long>(c.completed),
-              static_cast<unsigned long long>(c.failed), static_cast<unsigned long long>(c.cancelled));
+  std::printf(
+      "  results       %s; produced %llu = completed %llu + failed %llu + cancelled %llu\n",
+      same ? "identical to the serial loop, in order" : "DIFFERENT from the serial loop",
+      static_cast<unsigned long long>(c.produced), static_cast<unsigned long long>(c.completed),
+      static_cast<unsigned long long>(c.failed), static_cast<unsigned long long>(c.cancelled));
   std::printf("\nwhat conveyor measured:\n");
   std::cout << c;
   return same ? 0 : 1;

@@ -98,8 +98,8 @@ cpu_sample sample_cpu() {
   c.self_s = static_cast<double>(std::clock()) / CLOCKS_PER_SEC;  // all this process's threads
   if (std::FILE* f = std::fopen("/proc/stat", "r")) {
     unsigned long long v[8] = {};
-    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
-                    &v[5], &v[6], &v[7]) == 8) {
+    if (std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8) {
       const unsigned long long busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];  // less idle, iowait
       c.machine_busy_s = static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
     }
@@ -126,25 +126,33 @@ class demo {
  public:
   demo(const args& a, const cm::image_set& test, const cm::trained_mlp& trained, std::size_t batch,
        std::size_t lanes, std::size_t workers)
-      : a_(a), test_(test), batch_(batch), lanes_(lanes), workers_(workers),
+      : a_(a),
+        test_(test),
+        batch_(batch),
+        lanes_(lanes),
+        workers_(workers),
         model_(options(trained, a, batch, lanes)),
-        in_(batch * n_), d_in_(batch * n_), d_out_(batch), out_(batch) {}
+        in_(batch * n_),
+        d_in_(batch * n_),
+        d_out_(batch),
+        out_(batch) {}
 
   int run() {
     const cm::mlp_shape& s = model_.options().shape;
-    std::printf("model: MLP %zu -> %zu x %zu -> %zu, trained (%s), %s%s; batches of %zu, "
-                "conveyor: %zu prepare workers, %zu lanes\n\n",
-                s.input, s.hidden, s.layers - 1, s.classes, a_.weights.c_str(),
-                cm::to_string(a_.prec).data(), a_.graphs ? ", CUDA graphs" : "", batch_, workers_,
-                lanes_);
+    std::printf(
+        "model: MLP %zu -> %zu x %zu -> %zu, trained (%s), %s%s; batches of %zu, "
+        "conveyor: %zu prepare workers, %zu lanes\n\n",
+        s.input, s.hidden, s.layers - 1, s.classes, a_.weights.c_str(),
+        cm::to_string(a_.prec).data(), a_.graphs ? ", CUDA graphs" : "", batch_, workers_, lanes_);
 
     {  // what runs beside us now
       const cpu_sample a = sample_cpu();
       std::this_thread::sleep_for(std::chrono::milliseconds(250));
       const double others = others_cpus(a, sample_cpu());
       if (others >= 0)
-        std::printf("machine: %u CPUs; other programs used %.2f of them in the 0.25 s before the runs\n",
-                    std::thread::hardware_concurrency(), others);
+        std::printf(
+            "machine: %u CPUs; other programs used %.2f of them in the 0.25 s before the runs\n",
+            std::thread::hardware_concurrency(), others);
     }
 
     // Warm-up, untimed: one pass over the test set each (or --images), which also sizes
@@ -158,12 +166,14 @@ class demo {
       // 1.5x: a warm-up pass still runs below the steady state (the pipeline's threads are
       // placed on cores during its first milliseconds).
       const double want = 1.5 * a_.seconds * std::max(serial_warm, conveyor_warm);
-      items = test_.count * std::max<std::size_t>(1, static_cast<std::size_t>(want / test_.count) + 1);
+      items =
+          test_.count * std::max<std::size_t>(1, static_cast<std::size_t>(want / test_.count) + 1);
     }
     const double passes = static_cast<double>(items) / static_cast<double>(test_.count);
-    std::printf("each run classifies %zu images (%.3g pass%s over the %zu test images); "
-                "both paths warmed up first\n",
-                items, passes, passes == 1.0 ? "" : "es", test_.count);
+    std::printf(
+        "each run classifies %zu images (%.3g pass%s over the %zu test images); "
+        "both paths warmed up first\n",
+        items, passes, passes == 1.0 ? "" : "es", test_.count);
     std::printf("  run   serial loop          conveyor             ratio\n");
 
     serial_labels.assign(items, ~0u);
@@ -191,25 +201,28 @@ class demo {
     }
     const double others = others_cpus(runs_start, sample_cpu());
     const auto [rmin, rmax] = std::minmax_element(ratio.begin(), ratio.end());
-    std::printf("\n  serial loop   %9.0f items/s  median of %zu runs\n", median(serial_rate), a_.runs);
-    std::printf("  conveyor      %9.0f items/s  median of %zu runs\n", median(conveyor_rate), a_.runs);
+    std::printf("\n  serial loop   %9.0f items/s  median of %zu runs\n", median(serial_rate),
+                a_.runs);
+    std::printf("  conveyor      %9.0f items/s  median of %zu runs\n", median(conveyor_rate),
+                a_.runs);
     std::printf("  ratio         %9.2fx         median; range %.2fx - %.2fx over %zu runs\n",
                 median(ratio), *rmin, *rmax, a_.runs);
     if (others >= 0)
-      std::printf("  machine       other programs used %.2f of the %u CPUs during the runs%s\n", others,
-                  std::thread::hardware_concurrency(),
+      std::printf("  machine       other programs used %.2f of the %u CPUs during the runs%s\n",
+                  others, std::thread::hardware_concurrency(),
                   others >= 0.25 ? ": the ratio moves with them; rerun on a quiet machine" : "");
 
     const double acc_serial = accuracy(serial_labels), acc_conveyor = accuracy(conveyor_labels);
     const std::size_t scored = std::min(items, test_.count);
-    std::printf("  accuracy      serial loop %.4f, conveyor %.4f on %s%zu test images\n", acc_serial,
-                acc_conveyor, scored == test_.count ? "all " : "the first ", scored);
+    std::printf("  accuracy      serial loop %.4f, conveyor %.4f on %s%zu test images\n",
+                acc_serial, acc_conveyor, scored == test_.count ? "all " : "the first ", scored);
     const auto same = static_cast<std::uint64_t>(std::count_if(
         serial_labels.begin(), serial_labels.end(),
         [&, i = std::size_t{0}](std::uint32_t c) mutable { return c == conveyor_labels[i++]; }));
-    std::printf("  results       %llu of %zu labels equal the serial loop's in the last run, in order; "
-                "%zu of %zu runs differ\n",
-                static_cast<unsigned long long>(same), items, mismatched_runs, a_.runs);
+    std::printf(
+        "  results       %llu of %zu labels equal the serial loop's in the last run, in order; "
+        "%zu of %zu runs differ\n",
+        static_cast<unsigned long long>(same), items, mismatched_runs, a_.runs);
     std::printf("\nwhat conveyor measured (last run):\n");
     std::cout << last;
 
@@ -217,9 +230,11 @@ class demo {
     // take another cuBLAS kernel (another summation order) and flip a near-tie.
     const bool exact_expected = std::string_view(R::name) == "host";
     const bool labels_ok = mismatched_runs == 0 || !exact_expected;
-    const bool accuracy_ok = scored < test_.count || std::min(acc_serial, acc_conveyor) >= min_accuracy;
+    const bool accuracy_ok =
+        scored < test_.count || std::min(acc_serial, acc_conveyor) >= min_accuracy;
     if (!accuracy_ok)
-      std::fprintf(stderr, "mlp_inference: accuracy below %.2f: are the weights the shipped ones?\n",
+      std::fprintf(stderr,
+                   "mlp_inference: accuracy below %.2f: are the weights the shipped ones?\n",
                    min_accuracy);
     return labels_ok && accuracy_ok && last.completed == items ? 0 : 1;
   }
@@ -254,7 +269,8 @@ class demo {
     const auto t0 = clock_type::now();
     for (std::size_t first = 0; first < items; first += batch_) {
       const std::size_t b = std::min(batch_, items - first);
-      for (std::size_t i = 0; i < b; ++i) prepare_into(first + i, in_.data() + i * n_);  // into pinned
+      // into pinned
+      for (std::size_t i = 0; i < b; ++i) prepare_into(first + i, in_.data() + i * n_);
       copy_async(d_in_.span().subspan(0, b * n_), in_.span().subspan(0, b * n_), stream_);
       model_.classify(d_in_.span().subspan(0, b * n_), d_out_.span(), b, stream_, lanes_);
       copy_async(out_.span().subspan(0, b), d_out_.span().subspan(0, b), stream_);
@@ -272,7 +288,10 @@ class demo {
     bool in_order = true;
     std::uint64_t next_id = 0;
     auto segment = conveyor::gpu<R, float, std::uint32_t>(
-        {.lanes = lanes_, .slots_per_lane = 2, .in_elems = batch_ * n, .out_elems = batch_,
+        {.lanes = lanes_,
+         .slots_per_lane = 2,
+         .in_elems = batch_ * n,
+         .out_elems = batch_,
          .name = "mlp"},
         [n](std::vector<image>& b, typename R::template pinned_span<float> dst) {
           for (std::size_t i = 0; i < b.size(); ++i)  // straight into the pinned slot
@@ -299,13 +318,15 @@ class demo {
           image im{id, std::vector<float>(n)};
           prepare_into(id, im.x.data());
           return im;
-        }).workers(workers_).ordered().name("prepare") |
+        })
+            .workers(workers_)
+            .ordered()
+            .name("prepare") |
         conveyor::batch(batch_).max_delay(std::chrono::milliseconds(2)) | std::move(segment) |
-        conveyor::unbatch() |
-        conveyor::sink([&](label l) {
-          in_order &= l.id == next_id++;
-          labels[l.id] = l.cls;
-        }).name("postprocess")};
+        conveyor::unbatch() | conveyor::sink([&](label l) {
+                                in_order &= l.id == next_id++;
+                                labels[l.id] = l.cls;
+                              }).name("postprocess")};
     const auto t0 = clock_type::now();
     conveyor::report r = p.run();
     const double s = seconds_since(t0);
@@ -355,7 +376,8 @@ std::optional<args> parse(int argc, char** argv) {
       a.images = std::strtoull(v, nullptr, 10);
     } else if (k == "--precision" && (v = value()) && parse_precision(v)) {
       a.prec = *parse_precision(v);
-    } else if (!k.starts_with("--") && positional == 0 && std::isdigit(static_cast<unsigned char>(k[0]))) {
+    } else if (!k.starts_with("--") && positional == 0 &&
+               std::isdigit(static_cast<unsigned char>(k[0]))) {
       a.images = std::strtoull(argv[i], nullptr, 10);  // the first form's [images]
       ++positional;
     } else if (!k.starts_with("--") && parse_precision(k)) {
@@ -381,8 +403,8 @@ int main(int argc, char** argv) {
   try {
     const cm::trained_mlp trained = cm::load_mlp(a->weights);
     const cm::image_set test = cm::load_fashion_mnist(a->data, cm::split::test);
-    std::printf("data: Fashion-MNIST, %zu test images of %zu x %zu from %s\n", test.count, test.rows,
-                test.cols, a->data.c_str());
+    std::printf("data: Fashion-MNIST, %zu test images of %zu x %zu from %s\n", test.count,
+                test.rows, test.cols, a->data.c_str());
 #if CONVEYOR_HAS_CUDA
     if (conveyor::cuda::device_count() > 0) {
       std::printf("mlp_inference: on the GPU (runtime: cuda)\n");

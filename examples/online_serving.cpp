@@ -67,7 +67,8 @@ struct client_log {
       return;
     }
     // Reserved up front for every request the run can send: no allocation here.
-    latency_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - r->sent).count());
+    latency_ms.push_back(
+        std::chrono::duration<double, std::milli>(clock_type::now() - r->sent).count());
     if (r->id % 97 == 0 && spot.size() < spot.capacity()) spot.push_back(*r);
   }
 };
@@ -111,10 +112,14 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
   const cm::reference_mlp check{cm::make_weights(o.shape, o.seed), o.prec};
 
   auto segment = conveyor::gpu<R, std::uint8_t, std::uint32_t>(
-      {.lanes = lanes, .slots_per_lane = 2, .in_elems = max_batch * n, .out_elems = max_batch,
+      {.lanes = lanes,
+       .slots_per_lane = 2,
+       .in_elems = max_batch * n,
+       .out_elems = max_batch,
        .name = "mlp"},
       [n](std::vector<tensor>& b, typename R::template pinned_span<std::uint8_t> dst) {
-        for (std::size_t i = 0; i < b.size(); ++i) std::memcpy(dst.data() + i * n, b[i].px.data(), n);
+        for (std::size_t i = 0; i < b.size(); ++i)
+          std::memcpy(dst.data() + i * n, b[i].px.data(), n);
         return b.size() * n;
       },
       [&model](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {
@@ -128,14 +133,17 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
         return out;
       });
   segment.streams(cm::lane_streams<R>(model));
-  conveyor::pipeline svc{
-      conveyor::input<request>() |
-      conveyor::map([n](request r) {  // decode: the request's pixels
-        tensor t{r.id, r.sent, std::vector<std::uint8_t>(n)};
-        cm::make_pixels(r.id, t.px);
-        return t;
-      }).workers(2).ordered().name("prepare") |
-      conveyor::batch(max_batch).max_delay(max_delay) | std::move(segment) | conveyor::unbatch()};
+  conveyor::pipeline svc{conveyor::input<request>() |
+                         conveyor::map([n](request r) {  // decode: the request's pixels
+                           tensor t{r.id, r.sent, std::vector<std::uint8_t>(n)};
+                           cm::make_pixels(r.id, t.px);
+                           return t;
+                         })
+                             .workers(2)
+                             .ordered()
+                             .name("prepare") |
+                         conveyor::batch(max_batch).max_delay(max_delay) | std::move(segment) |
+                         conveyor::unbatch()};
 
   // Room for every request the run can send: the arrivals are capped at 4x the mean.
   const auto max_requests = static_cast<std::size_t>(4 * rate * seconds) + 64;
@@ -157,7 +165,8 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
     // The callback captures one pointer: std::function keeps it without allocating.
     svc.submit(request{sent++, clock_type::now()},
                [&log](conveyor::outcome<response> r) noexcept { log.record(r); });
-    next += std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(gap(rng)));
+    next +=
+        std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(gap(rng)));
   }
   const conveyor::report r = svc.stop(conveyor::stop_mode::drain);
   const double elapsed = std::chrono::duration<double>(clock_type::now() - start).count();
@@ -180,17 +189,21 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
   std::printf("offered %.0f req/s for %.1f s: %llu requests, %.0f req/s served\n", rate, seconds,
               static_cast<unsigned long long>(sent),
               static_cast<double>(r.completed - warm) / elapsed);
-  std::printf("dynamic batching (warm-up included): max %zu, max delay %lld us; mean batch %.1f, "
-              "%llu of %llu batches left on the delay\n",
-              max_batch, static_cast<long long>(max_delay.count()),
-              r.batching ? r.batching->mean_size : 0.0,
-              static_cast<unsigned long long>(r.batching ? r.batching->flushed_on_timeout : 0),
-              static_cast<unsigned long long>(r.batching ? r.batching->batches : 0));
+  std::printf(
+      "dynamic batching (warm-up included): max %zu, max delay %lld us; mean batch %.1f, "
+      "%llu of %llu batches left on the delay\n",
+      max_batch, static_cast<long long>(max_delay.count()),
+      r.batching ? r.batching->mean_size : 0.0,
+      static_cast<unsigned long long>(r.batching ? r.batching->flushed_on_timeout : 0),
+      static_cast<unsigned long long>(r.batching ? r.batching->batches : 0));
   std::printf("client latency (submit -> result):  P50 %.2f ms   P95 %.2f ms   P99 %.2f ms\n",
               percentile(latency_ms, 50), percentile(latency_ms, 95), percentile(latency_ms, 99));
-  std::printf("spot checks against the CPU reference: %s\n\n", wrong == 0 ? "all equal" : "SOME DIFFER");
+  std::printf("spot checks against the CPU reference: %s\n\n",
+              wrong == 0 ? "all equal" : "SOME DIFFER");
   std::cout << r;
-  return r.completed == warm + sent && latency_ms.size() == sent && log.failed == 0 && wrong == 0 ? 0 : 1;
+  return r.completed == warm + sent && latency_ms.size() == sent && log.failed == 0 && wrong == 0
+             ? 0
+             : 1;
 }
 
 }  // namespace
@@ -201,7 +214,9 @@ int main(int argc, char** argv) {
     const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 2.0;
     const std::chrono::microseconds max_delay{argc > 3 ? std::strtoll(argv[3], nullptr, 10) : 2000};
     if (!(rate > 0) || !(seconds > 0) || max_delay.count() < 0) {
-      std::fprintf(stderr, "usage: online_serving [requests_per_second > 0] [seconds > 0] [max_delay_us >= 0]\n");
+      std::fprintf(
+          stderr,
+          "usage: online_serving [requests_per_second > 0] [seconds > 0] [max_delay_us >= 0]\n");
       return 2;
     }
     cm::mlp_options o;

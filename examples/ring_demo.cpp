@@ -40,14 +40,16 @@ int main(int argc, char** argv) {
     ++count;
     sum += *v;
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   source.join();
   fan_out.join();
   for (auto& w : workers) w.join();
 
   std::uint64_t expected = 0;
   for (std::uint64_t i = 0; i < items; ++i) expected += i % 1000 * (i % 1000);
-  std::printf("conveyor ring demo: source -> spsc -> fan-out -> mpmc -> 2 workers -> mpmc -> sink\n");
+  std::printf(
+      "conveyor ring demo: source -> spsc -> fan-out -> mpmc -> 2 workers -> mpmc -> sink\n");
   std::printf("  items       %llu delivered of %llu produced (%s)\n",
               static_cast<unsigned long long>(count), static_cast<unsigned long long>(items),
               count == items && sum == expected ? "nothing lost, checksum ok" : "MISMATCH");

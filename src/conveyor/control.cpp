@@ -11,9 +11,10 @@ namespace {
 
 std::unique_ptr<metrics::trace_buffer> make_trace(bool measure, std::size_t events) {
   if (events == 0) return nullptr;
-  CONVEYOR_EXPECTS(measure, "pipeline_options: trace_events needs metrics = true (the trace "
-                            "is drawn from the same clock reads); set trace_events = 0 or "
-                            "turn metrics on");
+  CONVEYOR_EXPECTS(measure,
+                   "pipeline_options: trace_events needs metrics = true (the trace "
+                   "is drawn from the same clock reads); set trace_events = 0 or "
+                   "turn metrics on");
   return std::make_unique<metrics::trace_buffer>(events);
 }
 
@@ -70,8 +71,8 @@ void control::fail_current(const std::string& stage, std::uint64_t item,
 
 void check_workers(const std::string& stage, std::size_t n) {
   CONVEYOR_EXPECTS(n >= 1 && n <= max_workers,
-                   "stage '" + stage + "': workers must be in [1, 1024], got " +
-                       std::to_string(n) + "; pass .workers(1) or more (usually <= cores)");
+                   "stage '" + stage + "': workers must be in [1, 1024], got " + std::to_string(n) +
+                       "; pass .workers(1) or more (usually <= cores)");
 }
 
 std::string worker_track_name(const std::string& stage, std::size_t w, std::size_t workers) {

@@ -39,10 +39,16 @@ class json_writer {
     return *this;
   }
 
-  json_writer& value(std::string_view s) { return element([&] { string(s); }); }
+  json_writer& value(std::string_view s) {
+    return element([&] { string(s); });
+  }
   json_writer& value(const char* s) { return value(std::string_view{s}); }
-  json_writer& value(double v) { return element([&] { number(v); }); }
-  json_writer& null() { return element([&] { os_ << "null"; }); }
+  json_writer& value(double v) {
+    return element([&] { number(v); });
+  }
+  json_writer& null() {
+    return element([&] { os_ << "null"; });
+  }
   // Integers of any width and sign, exactly.
   template <class I>
     requires(std::is_integral_v<I> && !std::is_same_v<I, bool>)
@@ -119,13 +125,27 @@ class json_writer {
     for (const char ch : s) {
       const auto c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': os_ << "\\\""; break;
-        case '\\': os_ << "\\\\"; break;
-        case '\n': os_ << "\\n"; break;
-        case '\r': os_ << "\\r"; break;
-        case '\t': os_ << "\\t"; break;
-        case '\b': os_ << "\\b"; break;
-        case '\f': os_ << "\\f"; break;
+        case '"':
+          os_ << "\\\"";
+          break;
+        case '\\':
+          os_ << "\\\\";
+          break;
+        case '\n':
+          os_ << "\\n";
+          break;
+        case '\r':
+          os_ << "\\r";
+          break;
+        case '\t':
+          os_ << "\\t";
+          break;
+        case '\b':
+          os_ << "\\b";
+          break;
+        case '\f':
+          os_ << "\\f";
+          break;
         default:
           if (c < 0x20) {
             os_ << "\\u00" << hex[c >> 4] << hex[c & 0xf];

@@ -24,7 +24,8 @@ namespace {
 const pipeline_options& checked(const pipeline_options& o) {
   CONVEYOR_EXPECTS(o.ring_growth >= 1 && o.ring_growth <= 64 && is_power_of_two(o.ring_growth),
                    "pipeline_options: ring_growth must be a power of two in [1, 64] (1: rings "
-                   "never grow), got " + std::to_string(o.ring_growth) + "; 8 is the default");
+                   "never grow), got " +
+                       std::to_string(o.ring_growth) + "; 8 is the default");
   CONVEYOR_EXPECTS(o.ring_capacity <= max_ring_capacity / o.ring_growth,
                    "pipeline_options: ring_capacity x ring_growth must be <= 2^30, got " +
                        std::to_string(o.ring_capacity) + " x " + std::to_string(o.ring_growth) +
@@ -35,10 +36,10 @@ const pipeline_options& checked(const pipeline_options& o) {
   CONVEYOR_EXPECTS(!o.progress || o.progress_period >= metrics::progress_line::min_period,
                    "pipeline_options: progress_period must be >= 250 ms (at most 4 "
                    "refreshes a second)");
-  CONVEYOR_EXPECTS(o.placement == thread_placement::os ||
-                       o.placement_period >= std::chrono::milliseconds(10),
-                   "pipeline_options: placement_period must be >= 10 ms; 200 ms is the "
-                   "default");
+  CONVEYOR_EXPECTS(
+      o.placement == thread_placement::os || o.placement_period >= std::chrono::milliseconds(10),
+      "pipeline_options: placement_period must be >= 10 ms; 200 ms is the "
+      "default");
   return o;
 }
 
@@ -145,12 +146,14 @@ conveyor::report pipeline_core::make_report() const {
   }
   // A ring that could grow is reported at the deepest it ran, on the stage it feeds.
   for (const growable_entry& g : growable_)
-    if (g.producer + 1 < r.stages.size()) r.stages[g.producer + 1].ring_capacity = g.ring->deepest();
+    if (g.producer + 1 < r.stages.size())
+      r.stages[g.producer + 1].ring_capacity = g.ring->deepest();
   r.gpu_busy_fraction = r.wall_s > 0 ? ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
   r.item_latency = metrics::make_latency_report(latency_);
   metrics::complete_report(r);
   if (!ctl_.metrics_on) {
-    r.verdict = {verdict_kind::unmeasured, {},
+    r.verdict = {verdict_kind::unmeasured,
+                 {},
                  "the pipeline ran with pipeline_options::metrics = false: only item counts "
                  "were kept",
                  "turn metrics on (the default) to see busy / starved / blocked time per "
@@ -161,8 +164,9 @@ conveyor::report pipeline_core::make_report() const {
 
 void pipeline_core::write_trace(std::ostream& os) const {
   if (!ctl_.trace)
-    throw error("conveyor::pipeline: no trace was recorded; construct the pipeline with "
-                "pipeline_options{.trace_events = N} (e.g. 16384)");
+    throw error(
+        "conveyor::pipeline: no trace was recorded; construct the pipeline with "
+        "pipeline_options{.trace_events = N} (e.g. 16384)");
   metrics::write_chrome_trace(os, *ctl_.trace);
 }
 

@@ -29,8 +29,8 @@ std::vector<std::size_t> plan_placement(const std::vector<double>& loads, std::s
   std::vector<double> cpu_load(std::max<std::size_t>(cpus, 1), 0.0);
   std::vector<std::size_t> plan(loads.size(), 0);
   for (const std::size_t t : order) {
-    const auto least = static_cast<std::size_t>(
-        std::min_element(cpu_load.begin(), cpu_load.end()) - cpu_load.begin());
+    const auto least = static_cast<std::size_t>(std::min_element(cpu_load.begin(), cpu_load.end()) -
+                                                cpu_load.begin());
     plan[t] = least;
     cpu_load[least] += std::max(loads[t], 0.0);
   }
@@ -38,7 +38,7 @@ std::vector<std::size_t> plan_placement(const std::vector<double>& loads, std::s
 }
 
 std::vector<std::size_t> plan_runs(const std::vector<double>& loads,
-                                          const std::vector<thread_spot>& spots, std::size_t cpus) {
+                                   const std::vector<thread_spot>& spots, std::size_t cpus) {
   const std::size_t n = loads.size();
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
@@ -126,15 +126,14 @@ double cross_hops(const std::vector<thread_spot>& spots, const std::vector<std::
 }
 
 double plan_cost(const std::vector<double>& loads, const std::vector<thread_spot>& spots,
-                        const std::vector<std::size_t>& plan, std::size_t cpus) {
+                 const std::vector<std::size_t>& plan, std::size_t cpus) {
   std::vector<double> per_cpu(std::max<std::size_t>(cpus, 1), 0.0);
   for (std::size_t i = 0; i < loads.size(); ++i) per_cpu[plan[i]] += std::max(loads[i], 0.0);
   return *std::max_element(per_cpu.begin(), per_cpu.end()) + cross_hop_ns * cross_hops(spots, plan);
 }
 
 std::vector<std::size_t> plan_threads(const std::vector<double>& loads,
-                                             const std::vector<thread_spot>& spots,
-                                             std::size_t cpus) {
+                                      const std::vector<thread_spot>& spots, std::size_t cpus) {
   std::vector<std::size_t> runs = plan_runs(loads, spots, cpus);
   std::vector<std::size_t> lpt = plan_placement(loads, cpus);
   return plan_cost(loads, spots, lpt, cpus) < plan_cost(loads, spots, runs, cpus) ? lpt : runs;
@@ -197,7 +196,6 @@ std::optional<cpu_ticks> read_cpu_ticks(const std::vector<int>& cpus) {
   return parse_cpu_ticks(text, cpus);
 }
 
-
 // The registry's live workers: one entry per running stage worker.
 struct thread_registry::state {
   struct entry {
@@ -210,9 +208,9 @@ struct thread_registry::state {
   // Where a worker sits in the chain; stage no_stage when its stage is not in it.
   thread_spot spot(const entry& e) const noexcept {
     const auto at = std::find(chain.begin(), chain.end(), e.stage);
-    return {at == chain.end() ? thread_spot::no_stage
-                              : static_cast<std::size_t>(at - chain.begin()),
-            e.worker};
+    return {
+        at == chain.end() ? thread_spot::no_stage : static_cast<std::size_t>(at - chain.begin()),
+        e.worker};
   }
 
   // Calls f(live workers) under the lock: they cannot end while f runs.
@@ -250,7 +248,8 @@ bool thread_registry::enter(const metrics::stage_stats& stage, std::size_t worke
 void thread_registry::leave() noexcept {
   const pthread_t t = pthread_self();
   const std::lock_guard lock{state_->mutex};
-  std::erase_if(state_->live, [&](const state::entry& e) { return pthread_equal(e.thread, t) != 0; });
+  std::erase_if(state_->live,
+                [&](const state::entry& e) { return pthread_equal(e.thread, t) != 0; });
 }
 
 struct load_placer::impl {
@@ -330,9 +329,8 @@ struct load_placer::impl {
     const std::int64_t wall = conveyor::now_ns();
     const std::int64_t process = conveyor::process_cpu_ns();
     const std::optional<cpu_ticks> ticks = read_cpu_ticks(cpus_);
-    const double capacity =
-        static_cast<double>(std::max<std::int64_t>(wall - last_wall_ns_, 1)) *
-        static_cast<double>(cpus_.size());
+    const double capacity = static_cast<double>(std::max<std::int64_t>(wall - last_wall_ns_, 1)) *
+                            static_cast<double>(cpus_.size());
     core_shares s;
     s.own = static_cast<double>(own_ns) / capacity;
     s.process = static_cast<double>(process - last_process_ns_) / capacity;
@@ -407,9 +405,9 @@ struct load_placer::impl {
       if (before != seen_.end()) s = std::move(*before);
       const look oldest = s.looks.empty() ? look{0, 0, 0} : s.looks.front();
       own_ns += current.cpu_ns - (s.looks.empty() ? 0 : s.looks.back().cpu_ns);
-      loads.push_back(load_per_item(
-          current.cpu_ns - oldest.cpu_ns, current.items - oldest.items,
-          static_cast<double>(current.spin_rounds - oldest.spin_rounds) * round_ns_));
+      loads.push_back(
+          load_per_item(current.cpu_ns - oldest.cpu_ns, current.items - oldest.items,
+                        static_cast<double>(current.spin_rounds - oldest.spin_rounds) * round_ns_));
       if (s.looks.size() == window) s.looks.erase(s.looks.begin());
       s.looks.push_back(current);
       now.push_back(std::move(s));
@@ -421,8 +419,8 @@ struct load_placer::impl {
       return;
     }
     const std::vector<std::size_t> plan = plan_threads(loads, spots, cpus_.size());
-    const bool pinned_now = std::all_of(now.begin(), now.end(),
-                                        [](const seen& s) { return s.cpu != unpinned; });
+    const bool pinned_now =
+        std::all_of(now.begin(), now.end(), [](const seen& s) { return s.cpu != unpinned; });
     if (pinned_now && !now.empty()) {
       std::vector<std::size_t> current(now.size());
       for (std::size_t i = 0; i < now.size(); ++i) current[i] = now[i].cpu;
@@ -451,7 +449,7 @@ struct load_placer::impl {
   const listener on_round_;
 
   // The placer thread only (after the constructor):
-  std::vector<seen> seen_;  // the last round's threads, in the registry's order then
+  std::vector<seen> seen_;     // the last round's threads, in the registry's order then
   std::vector<double> loads_;  // their loads in that round (load_per_item), in that order
   chain_placement where_;
   double round_ns_ = 0;  // spin_round_ns(), measured here rather than in start()
@@ -499,8 +497,8 @@ bool thread_registry::enter(const metrics::stage_stats&, std::size_t) noexcept {
 void thread_registry::leave() noexcept {}
 
 struct load_placer::impl {};
-load_placer::load_placer(thread_registry&, std::chrono::milliseconds, pin_policy,
-                         shares_override, listener) {}
+load_placer::load_placer(thread_registry&, std::chrono::milliseconds, pin_policy, shares_override,
+                         listener) {}
 load_placer::~load_placer() = default;
 void load_placer::stop() noexcept {}
 std::uint64_t load_placer::rounds() const noexcept { return 0; }

@@ -16,7 +16,9 @@
 namespace conveyor::metrics {
 
 report window(const report& later, const report& earlier) {
-  const auto sub = [](std::uint64_t a, std::uint64_t b) { return a > b ? a - b : std::uint64_t{0}; };
+  const auto sub = [](std::uint64_t a, std::uint64_t b) {
+    return a > b ? a - b : std::uint64_t{0};
+  };
   const auto subd = [](double a, double b) { return a > b ? a - b : 0.0; };
   report w = later;
   w.wall_s = subd(later.wall_s, earlier.wall_s);
@@ -54,9 +56,11 @@ report window(const report& later, const report& earlier) {
   if (later.batching && earlier.batching) {
     batch_report& b = *w.batching;
     b.batches = sub(later.batching->batches, earlier.batching->batches);
-    b.flushed_on_timeout = sub(later.batching->flushed_on_timeout, earlier.batching->flushed_on_timeout);
-    const double items = subd(later.batching->mean_size * static_cast<double>(later.batching->batches),
-                              earlier.batching->mean_size * static_cast<double>(earlier.batching->batches));
+    b.flushed_on_timeout =
+        sub(later.batching->flushed_on_timeout, earlier.batching->flushed_on_timeout);
+    const double items =
+        subd(later.batching->mean_size * static_cast<double>(later.batching->batches),
+             earlier.batching->mean_size * static_cast<double>(earlier.batching->batches));
     b.mean_size = b.batches == 0 ? 0.0 : items / static_cast<double>(b.batches);
   }
   complete_report(w);

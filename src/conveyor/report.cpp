@@ -31,22 +31,32 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 
 std::string_view to_string(verdict_kind k) noexcept {
   switch (k) {
-    case verdict_kind::idle: return "idle";
-    case verdict_kind::cpu_stage_bound: return "cpu_stage_bound";
-    case verdict_kind::transfer_bound_h2d: return "transfer_bound_h2d";
-    case verdict_kind::transfer_bound_d2h: return "transfer_bound_d2h";
-    case verdict_kind::compute_bound: return "compute_bound";
-    case verdict_kind::under_batched: return "under_batched";
-    case verdict_kind::source_bound: return "source_bound";
-    case verdict_kind::sink_bound: return "sink_bound";
-    case verdict_kind::balanced: return "balanced";
-    case verdict_kind::unmeasured: return "unmeasured";
+    case verdict_kind::idle:
+      return "idle";
+    case verdict_kind::cpu_stage_bound:
+      return "cpu_stage_bound";
+    case verdict_kind::transfer_bound_h2d:
+      return "transfer_bound_h2d";
+    case verdict_kind::transfer_bound_d2h:
+      return "transfer_bound_d2h";
+    case verdict_kind::compute_bound:
+      return "compute_bound";
+    case verdict_kind::under_batched:
+      return "under_batched";
+    case verdict_kind::source_bound:
+      return "source_bound";
+    case verdict_kind::sink_bound:
+      return "sink_bound";
+    case verdict_kind::balanced:
+      return "balanced";
+    case verdict_kind::unmeasured:
+      return "unmeasured";
   }
   return "?";
 }
 
 stage_report make_stage_report(std::string name, stage_kind kind, std::size_t workers,
-                                      const stage_counters& c, std::size_t ring_capacity) {
+                               const stage_counters& c, std::size_t ring_capacity) {
   stage_report s;
   s.name = std::move(name);
   s.kind = kind;
@@ -62,7 +72,7 @@ stage_report make_stage_report(std::string name, stage_kind kind, std::size_t wo
 }
 
 stage_report make_stage_report(std::string name, stage_kind kind, const stage_stats& stats,
-                                      std::size_t ring_capacity) {
+                               std::size_t ring_capacity) {
   return make_stage_report(std::move(name), kind, stats.workers(), stats.snapshot(), ring_capacity);
 }
 
@@ -82,7 +92,8 @@ lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
 std::vector<lane_report> make_lane_reports(const gpu_stats& gpu) {
   std::vector<lane_report> out;
   out.reserve(gpu.lanes());
-  for (std::size_t i = 0; i < gpu.lanes(); ++i) out.push_back(make_lane_report(i, gpu.lane(i).snapshot()));
+  for (std::size_t i = 0; i < gpu.lanes(); ++i)
+    out.push_back(make_lane_report(i, gpu.lane(i).snapshot()));
   return out;
 }
 
@@ -131,13 +142,12 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
 
   if (!r.stages.empty()) {
     o << "  " << pad("stage", 18, true) << pad("kind", 8, true) << pad("workers", 8)
-      << pad("items", 12) << pad("busy%", 8) << pad("starved%", 10)
-      << pad("blocked%", 10) << "  ring mean/max/cap\n";
+      << pad("items", 12) << pad("busy%", 8) << pad("starved%", 10) << pad("blocked%", 10)
+      << "  ring mean/max/cap\n";
     for (const auto& s : r.stages) {
       o << "  " << pad(s.name, 18, true) << pad(std::string(to_string(s.kind)), 8, true)
         << pad(num(s.workers), 8) << pad(num(s.items), 12)
-        << pad(pct(busy_fraction(s, r.wall_s)), 8)
-        << pad(pct(starved_fraction(s, r.wall_s)), 10)
+        << pad(pct(busy_fraction(s, r.wall_s)), 8) << pad(pct(starved_fraction(s, r.wall_s)), 10)
         << pad(pct(blocked_fraction(s, r.wall_s)), 10) << "  ";
       if (s.ring_capacity == 0) {
         o << '-';
@@ -150,13 +160,12 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
     }
   }
   if (!r.lanes.empty()) {
-    o << "  " << pad("lane", 6, true) << pad("batches", 9) << pad("items", 12)
-      << pad("H2D ms", 12) << pad("compute ms", 12) << pad("D2H ms", 12)
-      << pad("H2D GB/s", 10) << pad("D2H GB/s", 10) << '\n';
+    o << "  " << pad("lane", 6, true) << pad("batches", 9) << pad("items", 12) << pad("H2D ms", 12)
+      << pad("compute ms", 12) << pad("D2H ms", 12) << pad("H2D GB/s", 10) << pad("D2H GB/s", 10)
+      << '\n';
     for (const auto& l : r.lanes) {
-      o << "  " << pad(num(l.lane), 6, true) << pad(num(l.batches), 9)
-        << pad(num(l.items), 12) << pad(ms(l.h2d_s), 12)
-        << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
+      o << "  " << pad(num(l.lane), 6, true) << pad(num(l.batches), 9) << pad(num(l.items), 12)
+        << pad(ms(l.h2d_s), 12) << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
         << pad(fmt("%.2f", l.h2d_bandwidth() * 1e-9), 10)
         << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << '\n';
     }
@@ -166,11 +175,12 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
     o << "  batching: " << b.batches << " batches, mean size " << fmt("%.1f", b.mean_size)
       << " of max " << b.max_size << ", " << b.flushed_on_timeout << " left on timeout";
     if (b.batches != 0)
-      o << " (" << pct(static_cast<double>(b.flushed_on_timeout) / static_cast<double>(b.batches)) << "%)";
+      o << " (" << pct(static_cast<double>(b.flushed_on_timeout) / static_cast<double>(b.batches))
+        << "%)";
     o << '\n';
   }
-  o << "  " << pad("latency ms", 12, true) << pad("p50", 10) << pad("p95", 10)
-    << pad("p99", 10) << pad("max", 10) << pad("mean", 10) << pad("count", 12) << '\n';
+  o << "  " << pad("latency ms", 12, true) << pad("p50", 10) << pad("p95", 10) << pad("p99", 10)
+    << pad("max", 10) << pad("mean", 10) << pad("count", 12) << '\n';
   const auto lat_row = [&](const char* label, const latency_report& l) {
     o << "  " << pad(label, 12, true) << pad(ms(l.p50_s), 10) << pad(ms(l.p95_s), 10)
       << pad(ms(l.p99_s), 10) << pad(ms(l.max_s), 10) << pad(ms(l.mean_s), 10)

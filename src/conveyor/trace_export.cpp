@@ -18,7 +18,12 @@ void write_chrome_trace(std::ostream& os, const trace_buffer& trace,
   detail::json_writer j{os};
   j.begin_object().field("displayTimeUnit", "ms").key("traceEvents").begin_array();
   const auto metadata = [&](const char* name, std::uint64_t tid, const char* arg, auto value) {
-    j.newline().begin_object().field("name", name).field("ph", "M").field("pid", 1).field("tid", tid);
+    j.newline()
+        .begin_object()
+        .field("name", name)
+        .field("ph", "M")
+        .field("pid", 1)
+        .field("tid", tid);
     j.key("args").begin_object().field(arg, value).end_object().end_object();
   };
   metadata("process_name", 0, "name", process_name);

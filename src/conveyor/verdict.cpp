@@ -34,8 +34,12 @@ struct load {
 // What every case reads: the report, the thresholds and each stage's load.
 struct run_view {
   run_view(const report& rep, const verdict_thresholds& thresholds)
-      : r(rep), th(thresholds), n(rep.stages.size()), device(device_busy_fraction(rep)),
-        L(n), slot_wait(n, 0.0) {
+      : r(rep),
+        th(thresholds),
+        n(rep.stages.size()),
+        device(device_busy_fraction(rep)),
+        L(n),
+        slot_wait(n, 0.0) {
     for (std::size_t k = 0; k < n; ++k) {
       const stage_report& s = r.stages[k];
       L[k].busy = busy_fraction(s, r.wall_s);
@@ -54,12 +58,11 @@ struct run_view {
     // input is then the device's load (the drain after their last batch included).
     for (std::size_t k = 0; k < n; ++k) {
       if (r.stages[k].kind != stage_kind::gpu) continue;
-      const bool upstream_waits = k == 0 ? L[k].starved <= (1.0 - th.saturated) / 2
-                                         : L[k - 1].blocked >= th.input_starved;
+      const bool upstream_waits =
+          k == 0 ? L[k].starved <= (1.0 - th.saturated) / 2 : L[k - 1].blocked >= th.input_starved;
       const bool downstream_waits = k + 1 < n && L[k + 1].starved >= th.input_starved;
       if (upstream_waits && downstream_waits)
-        slot_wait[k] =
-            std::clamp(std::max(L[k].busy + L[k].blocked, 1.0 - L[k].starved), 0.0, 1.0);
+        slot_wait[k] = std::clamp(std::max(L[k].busy + L[k].blocked, 1.0 - L[k].starved), 0.0, 1.0);
       L[k].device = std::max(device, slot_wait[k]);
       L[k].value = std::max(L[k].busy, L[k].device);
       last_gpu = k;
@@ -86,8 +89,7 @@ struct run_view {
       out += "; " + quoted(r.stages[k - 1].name) + " before it is blocked " +
              pct(L[k - 1].blocked) + " waiting for room";
     if (k + 1 < n)
-      out += "; " + quoted(r.stages[k + 1].name) + " after it is starved " +
-             pct(L[k + 1].starved);
+      out += "; " + quoted(r.stages[k + 1].name) + " after it is starved " + pct(L[k + 1].starved);
     return out;
   }
 
@@ -96,8 +98,8 @@ struct run_view {
     std::string out;
     for (std::size_t k = 0; k < n; ++k)
       if (k != except && saturated(k))
-        out += (out.empty() ? "; also near capacity: " : ", ") + quoted(r.stages[k].name) +
-               " " + pct(L[k].value);
+        out += (out.empty() ? "; also near capacity: " : ", ") + quoted(r.stages[k].name) + " " +
+               pct(L[k].value);
     return out;
   }
 
@@ -117,7 +119,9 @@ std::optional<verdict> idle(const report& r) {
   if (r.wall_s > 0.0 &&
       (r.produced + r.completed + r.failed + r.cancelled != 0 || stage_items != 0))
     return std::nullopt;
-  return verdict{verdict_kind::idle, {}, "no items went through the pipeline",
+  return verdict{verdict_kind::idle,
+                 {},
+                 "no items went through the pipeline",
                  "nothing to tune: run it with input"};
 }
 
@@ -149,8 +153,8 @@ std::optional<verdict> gpu_at_capacity(const run_view& v) {
   const bool slot_bound =
       gpu_k != n && v.slot_wait[gpu_k] >= v.th.saturated && streams < v.th.saturated;
   const std::string state =
-      "the GPU segment is at capacity (lanes' streams busy " + pct(streams) +
-      ", GPU computing " + pct(r.gpu_busy_fraction) + " of the wall time" +
+      "the GPU segment is at capacity (lanes' streams busy " + pct(streams) + ", GPU computing " +
+      pct(r.gpu_busy_fraction) + " of the wall time" +
       (slot_bound ? ", lane threads waiting for a free slot or busy " + pct(v.slot_wait[gpu_k])
                   : std::string{}) +
       ")";
@@ -216,7 +220,8 @@ std::size_t most_waited_on(const run_view& v) {
 // threads share them), and the sentence that says so.
 struct cores_state {
   explicit cores_state(const report& r, const verdict_thresholds& th)
-      : load(process_cpu_load(r)), taken(load >= th.cores_busy),
+      : load(process_cpu_load(r)),
+        taken(load >= th.cores_busy),
         note("the process keeps " + pct(load) + " of its " + std::to_string(r.cpus) +
              (r.cpus == 1 ? " core" : " cores") + " busy") {}
   double load;
@@ -238,13 +243,12 @@ std::optional<verdict> shared_limit(const run_view& v, std::size_t best, const c
   out.kind = verdict_kind::balanced;
   out.summary = "several stages are at capacity and none waits on the others: " +
                 quoted(v.r.stages[best].name) + " " + pct(v.L[best].value) + tied;
-  out.advice = cores.taken
-                   ? "no single knob, and no spare cores: " + cores.note +
-                         "; make these stages cheaper together, move work onto the GPU, or "
-                         "run on more cores."
-                   : "no single knob: speeding up one of these stages alone will not help; "
-                     "scale them together (workers on each), or accept this as the "
-                     "pipeline's capacity.";
+  out.advice = cores.taken ? "no single knob, and no spare cores: " + cores.note +
+                                 "; make these stages cheaper together, move work onto the GPU, or "
+                                 "run on more cores."
+                           : "no single knob: speeding up one of these stages alone will not help; "
+                             "scale them together (workers on each), or accept this as the "
+                             "pipeline's capacity.";
   return out;
 }
 
@@ -297,15 +301,17 @@ verdict one_stage_at_capacity(const run_view& v, std::size_t best, const cores_s
     out.summary = "a CPU stage sets the pace and the stages after it wait: " + numbers;
     switch (s.kind) {
       case stage_kind::gpu:
-        out.advice = "the lanes' host threads (stage-in and enqueue) are the limit while the "
-                     "device is busy only " +
-                     pct(v.L[best].device) +
-                     ": add lanes, or make stage-in cheaper (ship uint8, normalize on the GPU).";
+        out.advice =
+            "the lanes' host threads (stage-in and enqueue) are the limit while the "
+            "device is busy only " +
+            pct(v.L[best].device) +
+            ": add lanes, or make stage-in cheaper (ship uint8, normalize on the GPU).";
         break;
       case stage_kind::batch:
-        out.advice = "the batch stage itself is the limit: make batch assembly cheaper "
-                     "(prepare items straight into the pinned slot in stage-in), or move work "
-                     "off it.";
+        out.advice =
+            "the batch stage itself is the limit: make batch assembly cheaper "
+            "(prepare items straight into the pinned slot in stage-in), or move work "
+            "off it.";
         break;
       default:
         out.advice = cores.taken ? "make " + quoted(s.name) +
@@ -319,13 +325,12 @@ verdict one_stage_at_capacity(const run_view& v, std::size_t best, const cores_s
   // Another stage near capacity caps what relieving this one can give.
   std::size_t next = v.n;
   for (std::size_t k = 0; k < v.n; ++k)
-    if (k != best && v.saturated(k) && (next == v.n || v.L[k].value > v.L[next].value))
-      next = k;
+    if (k != best && v.saturated(k) && (next == v.n || v.L[k].value > v.L[next].value)) next = k;
   if (next != v.n && v.L[next].value > 0.0)
     out.advice += " " + quoted(r.stages[next].name) + " is near capacity too (" +
                   pct(v.L[next].value) + "): relieving " + quoted(s.name) +
-                  " alone gains at most about " +
-                  pct(std::max(0.0, 1.0 / v.L[next].value - 1.0)) + "; scale both.";
+                  " alone gains at most about " + pct(std::max(0.0, 1.0 / v.L[next].value - 1.0)) +
+                  "; scale both.";
   return out;
 }
 
@@ -388,10 +393,10 @@ verdict spread_out(const run_view& v) {
     if (v.L[k].value > v.L[top].value) top = k;
   return verdict{verdict_kind::balanced,
                  {},
-                 v.n == 0 ? "no stage is at capacity"
-                          : "no stage is at capacity (most loaded: " +
-                                quoted(v.r.stages[top].name) + " " + pct(v.L[top].value) +
-                                ") and the waits do not point at one stage",
+                 v.n == 0
+                     ? "no stage is at capacity"
+                     : "no stage is at capacity (most loaded: " + quoted(v.r.stages[top].name) +
+                           " " + pct(v.L[top].value) + ") and the waits do not point at one stage",
                  "no single knob: throughput is limited by all stages together. Scale the "
                  "most loaded stage first, or enlarge the rings so stages absorb each other's "
                  "jitter."};

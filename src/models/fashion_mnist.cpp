@@ -14,8 +14,8 @@
 namespace conveyor_models {
 namespace {
 
-constexpr std::uint32_t idx_images_magic = 0x00000803;  // uint8 (0x08), 3 dimensions
-constexpr std::uint32_t idx_labels_magic = 0x00000801;  // uint8, 1 dimension
+constexpr std::uint32_t idx_images_magic = 0x00000803;          // uint8 (0x08), 3 dimensions
+constexpr std::uint32_t idx_labels_magic = 0x00000801;          // uint8, 1 dimension
 constexpr std::uint64_t max_elements = std::uint64_t{1} << 32;  // 4 GiB: no real set is larger
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
@@ -47,7 +47,8 @@ std::string hex(std::uint32_t v) {
 // the product of the dimensions; returns the dimensions.
 std::vector<std::uint32_t> idx_dims(const std::vector<std::uint8_t>& bytes, std::uint32_t magic,
                                     const char* kind, const std::string& path) {
-  if (bytes.size() < 4) fail(path, "truncated: " + std::to_string(bytes.size()) + " bytes, no IDX header");
+  if (bytes.size() < 4)
+    fail(path, "truncated: " + std::to_string(bytes.size()) + " bytes, no IDX header");
   const std::uint32_t got = be32(bytes.data());
   if (got != magic)
     fail(path, std::string("bad magic ") + hex(got) + ", expected " + hex(magic) + " (IDX " + kind +
@@ -67,8 +68,8 @@ std::vector<std::uint32_t> idx_dims(const std::vector<std::uint8_t>& bytes, std:
   }
   const std::uint64_t have = bytes.size() - header;
   if (have < elements)
-    fail(path, "truncated: the header promises " + std::to_string(elements) + " bytes of data, the file has " +
-                   std::to_string(have));
+    fail(path, "truncated: the header promises " + std::to_string(elements) +
+                   " bytes of data, the file has " + std::to_string(have));
   if (have > elements)
     fail(path, std::to_string(have - elements) + " bytes after the " + std::to_string(elements) +
                    " the header promises");
@@ -80,8 +81,10 @@ void write_all(const std::string& path, std::span<const std::uint8_t> bytes) {
   if (!f) fail(path, std::string("cannot open for writing: ") + std::strerror(errno));
   std::size_t done = 0;
   while (done < bytes.size()) {
-    const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(bytes.size() - done, 1u << 20));
-    if (gzwrite(f.get(), bytes.data() + done, chunk) != static_cast<int>(chunk)) fail(path, "write failed");
+    const unsigned chunk =
+        static_cast<unsigned>(std::min<std::size_t>(bytes.size() - done, 1u << 20));
+    if (gzwrite(f.get(), bytes.data() + done, chunk) != static_cast<int>(chunk))
+      fail(path, "write failed");
     done += chunk;
   }
 }
@@ -101,7 +104,8 @@ std::vector<std::uint8_t> read_gzip_file(const std::string& path) {
     if (n < 0) {
       int code = 0;
       const char* msg = gzerror(f.get(), &code);
-      fail(path, std::string("not a readable gzip file (zlib: ") + (msg != nullptr ? msg : "?") + ")");
+      fail(path,
+           std::string("not a readable gzip file (zlib: ") + (msg != nullptr ? msg : "?") + ")");
     }
     if (n == 0) break;
     out.insert(out.end(), buf, buf + n);
@@ -111,7 +115,8 @@ std::vector<std::uint8_t> read_gzip_file(const std::string& path) {
   int code = Z_OK;
   const char* msg = gzerror(f.get(), &code);
   if (code != Z_OK && code != Z_STREAM_END)
-    fail(path, std::string("corrupt or truncated gzip data (zlib: ") + (msg != nullptr ? msg : "?") + ")");
+    fail(path, std::string("corrupt or truncated gzip data (zlib: ") +
+                   (msg != nullptr ? msg : "?") + ")");
   return out;
 }
 
@@ -132,8 +137,8 @@ std::vector<std::uint8_t> read_idx_labels(const std::string& path, std::size_t c
   std::vector<std::uint8_t> labels(bytes.begin() + 8, bytes.end());
   for (std::size_t i = 0; i < labels.size(); ++i)
     if (labels[i] >= classes)
-      fail(path, "label " + std::to_string(i) + " is " + std::to_string(labels[i]) + ", not below " +
-                     std::to_string(classes));
+      fail(path, "label " + std::to_string(i) + " is " + std::to_string(labels[i]) +
+                     ", not below " + std::to_string(classes));
   return labels;
 }
 
@@ -146,14 +151,16 @@ std::string fashion_mnist_path(std::string_view dir, split s, bool labels) {
 }
 
 image_set load_fashion_mnist(std::string_view dir, split s) {
-  const std::string images = fashion_mnist_path(dir, s, false), labels = fashion_mnist_path(dir, s, true);
+  const std::string images = fashion_mnist_path(dir, s, false),
+                    labels = fashion_mnist_path(dir, s, true);
   for (const std::string& p : {images, labels}) {
     std::error_code ec;
     if (!std::filesystem::exists(p, ec))
-      throw data_error(p + ": no such file. Fashion-MNIST is Debian's package dataset-fashion-mnist "
-                           "(apt-get install dataset-fashion-mnist, or bash scripts/deps.sh); where "
-                           "it cannot be installed, copy its four .gz files into a directory and "
-                           "pass it with --data DIR");
+      throw data_error(p +
+                       ": no such file. Fashion-MNIST is Debian's package dataset-fashion-mnist "
+                       "(apt-get install dataset-fashion-mnist, or bash scripts/deps.sh); where "
+                       "it cannot be installed, copy its four .gz files into a directory and "
+                       "pass it with --data DIR");
   }
   image_set set = read_idx_images(images);
   if (set.rows != 28 || set.cols != 28)
@@ -161,8 +168,8 @@ image_set load_fashion_mnist(std::string_view dir, split s) {
                      " pixels; Fashion-MNIST's are 28 x 28");
   set.labels = read_idx_labels(labels, fashion_mnist_classes.size());
   if (set.labels.size() != set.count)
-    fail(labels, std::to_string(set.labels.size()) + " labels for the " + std::to_string(set.count) +
-                     " images of " + images);
+    fail(labels, std::to_string(set.labels.size()) + " labels for the " +
+                     std::to_string(set.count) + " images of " + images);
   return set;
 }
 

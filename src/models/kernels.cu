@@ -113,7 +113,7 @@ void normalize(const std::uint8_t* in, float* out, std::size_t n, normalize_para
                cudaStream_t s) {
   if (n == 0) return;
   normalize_kernel<<<grid_for(n, block), block, 0, s>>>(in, out, n, 1.0f / 255.0f, p.mean,
-                                                         1.0f / p.stddev);
+                                                        1.0f / p.stddev);
   CONVEYOR_CUDA_TRY(cudaGetLastError());
 }
 

@@ -24,9 +24,12 @@ namespace {
 
 cudaDataType storage_type(precision p) noexcept {
   switch (p) {
-    case precision::fp16: return CUDA_R_16F;
-    case precision::bf16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case precision::fp16:
+      return CUDA_R_16F;
+    case precision::bf16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
@@ -64,11 +67,11 @@ struct mlp::lane_state {
     graphs.clear();
   }
 
-  conveyor::cuda::device_buffer<float> acc;      // a GEMM's float output
+  conveyor::cuda::device_buffer<float> acc;       // a GEMM's float output
   conveyor::cuda::device_buffer<std::byte> act0;  // activations at the storage precision
   conveyor::cuda::device_buffer<std::byte> act1;
-  conveyor::cuda::device_buffer<float> x;        // classify: normalized input
-  conveyor::cuda::device_buffer<float> logits;   // classify: logits before argmax
+  conveyor::cuda::device_buffer<float> x;       // classify: normalized input
+  conveyor::cuda::device_buffer<float> logits;  // classify: logits before argmax
   std::map<graph_key, cudaGraphExec_t> graphs;
   // Last: destroyed first, while the workspace and scratch it may use still exist.
   std::optional<conveyor::cuda::cublas_handle> blas;
@@ -96,7 +99,8 @@ mlp::mlp(const mlp_options& o) : options_(o) {
   conveyor::cuda::pinned_buffer<std::byte> w_staging(most_w, "mlp weight staging");
   conveyor::cuda::pinned_buffer<float> b_staging(most_b, "mlp bias staging");
   for (std::size_t l = 0; l < o.shape.layers; ++l) {
-    layer ly{conveyor::cuda::device_buffer<std::byte>(w.w[l].size() * storage_bytes(o.prec), "mlp weights"),
+    layer ly{conveyor::cuda::device_buffer<std::byte>(w.w[l].size() * storage_bytes(o.prec),
+                                                      "mlp weights"),
              conveyor::cuda::device_buffer<float>(w.b[l].size(), "mlp bias")};
     std::byte* dst = w_staging.data();
     if (is16(o.prec)) {
@@ -121,10 +125,9 @@ mlp::mlp(const mlp_options& o) : options_(o) {
 mlp::~mlp() = default;
 
 void mlp::bind(std::size_t lane, conveyor::cuda::stream_ref s) {
-  CONVEYOR_EXPECTS(lane < lanes_.size(), "mlp: lane " + std::to_string(lane) +
-                                             " but the model was built for " +
-                                             std::to_string(lanes_.size()) +
-                                             " lanes; set mlp_options::lanes");
+  CONVEYOR_EXPECTS(lane < lanes_.size(),
+                   "mlp: lane " + std::to_string(lane) + " but the model was built for " +
+                       std::to_string(lanes_.size()) + " lanes; set mlp_options::lanes");
   lane_state& l = *lanes_[lane];
   if (l.blas && l.blas->bound_stream() == s) return;
   l.drop_graphs();
@@ -262,11 +265,11 @@ void mlp::classify(device_span<const std::uint8_t> pixels, device_span<std::uint
 
 void mlp::classify(device_span<const float> normalized, device_span<std::uint32_t> labels,
                    std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane) {
-  check_call(options_, "classify", items, normalized.size(), options_.shape.input, labels.size(), 1);
+  check_call(options_, "classify", items, normalized.size(), options_.shape.input, labels.size(),
+             1);
   lane_state& l = lane_for(lane, s);
-  run(l, 2, items, normalized.data(), labels.data(), s.native(), [&] {
-    enqueue_classify_normalized(normalized.data(), labels.data(), items, s.native(), l);
-  });
+  run(l, 2, items, normalized.data(), labels.data(), s.native(),
+      [&] { enqueue_classify_normalized(normalized.data(), labels.data(), items, s.native(), l); });
 }
 
 }  // namespace conveyor_models

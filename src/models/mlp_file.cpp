@@ -5,8 +5,8 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <memory>
 #include <string>
@@ -26,7 +26,9 @@ constexpr std::size_t max_dim = std::size_t{1} << 20;
 void put_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
   for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<std::uint8_t>(v >> shift));
 }
-void put_f32(std::vector<std::uint8_t>& out, float v) { put_u32(out, std::bit_cast<std::uint32_t>(v)); }
+void put_f32(std::vector<std::uint8_t>& out, float v) {
+  put_u32(out, std::bit_cast<std::uint32_t>(v));
+}
 
 std::uint32_t get_u32(const std::uint8_t* p) noexcept {
   return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
@@ -78,12 +80,14 @@ std::vector<std::uint8_t> encode_mlp(const mlp_weights& w, normalize_params norm
     throw mlp_file_error("encode_mlp: the weights need one matrix and one bias per layer");
   std::vector<std::uint8_t> out(std::begin(mlp_file_magic), std::end(mlp_file_magic));
   put_u32(out, mlp_file_version);
-  for (std::size_t v : {s.layers, s.input, s.hidden, s.classes}) put_u32(out, static_cast<std::uint32_t>(v));
+  for (std::size_t v : {s.layers, s.input, s.hidden, s.classes})
+    put_u32(out, static_cast<std::uint32_t>(v));
   put_f32(out, norm.mean);
   put_f32(out, norm.stddev);
   for (std::size_t l = 0; l < s.layers; ++l) {
     if (w.w[l].size() != s.out_features(l) * s.in_features(l) || w.b[l].size() != s.out_features(l))
-      throw mlp_file_error("encode_mlp: layer " + std::to_string(l) + "'s weights do not match the shape");
+      throw mlp_file_error("encode_mlp: layer " + std::to_string(l) +
+                           "'s weights do not match the shape");
     for (float x : w.w[l]) put_f32(out, x);
     for (float x : w.b[l]) put_f32(out, x);
   }
@@ -100,20 +104,24 @@ trained_mlp decode_mlp(const std::vector<std::uint8_t>& bytes, const std::string
   if (version != mlp_file_version)
     fail(what, "version " + std::to_string(version) + ", this program reads version " +
                    std::to_string(mlp_file_version));
-  mlp_shape s{.input = get_u32(bytes.data() + 16), .hidden = get_u32(bytes.data() + 20),
-              .layers = get_u32(bytes.data() + 12), .classes = get_u32(bytes.data() + 24)};
+  mlp_shape s{.input = get_u32(bytes.data() + 16),
+              .hidden = get_u32(bytes.data() + 20),
+              .layers = get_u32(bytes.data() + 12),
+              .classes = get_u32(bytes.data() + 24)};
   if (s.layers < 1 || s.layers > 64 || s.input < 1 || s.input > max_dim || s.classes < 1 ||
       s.classes > max_dim || (s.layers > 1 && (s.hidden < 1 || s.hidden > max_dim)))
-    fail(what, "bad shape: " + std::to_string(s.layers) + " layers, " + std::to_string(s.input) + " -> " +
-                   std::to_string(s.hidden) + " -> " + std::to_string(s.classes));
+    fail(what, "bad shape: " + std::to_string(s.layers) + " layers, " + std::to_string(s.input) +
+                   " -> " + std::to_string(s.hidden) + " -> " + std::to_string(s.classes));
   const std::uint64_t need = header_bytes + 4 * floats_of(s) + 4;
   if (bytes.size() != need)
-    fail(what, std::string(bytes.size() < need ? "truncated: " : "too long: ") + std::to_string(bytes.size()) +
-                   " bytes, the shape in its header needs " + std::to_string(need));
+    fail(what, std::string(bytes.size() < need ? "truncated: " : "too long: ") +
+                   std::to_string(bytes.size()) + " bytes, the shape in its header needs " +
+                   std::to_string(need));
   const std::uint32_t stored = get_u32(bytes.data() + bytes.size() - 4);
   const std::uint32_t computed = crc32_of(bytes.data(), bytes.size() - 4);
   if (stored != computed) fail(what, "checksum mismatch: the file is corrupt");
-  const normalize_params norm{.mean = get_f32(bytes.data() + 28), .stddev = get_f32(bytes.data() + 32)};
+  const normalize_params norm{.mean = get_f32(bytes.data() + 28),
+                              .stddev = get_f32(bytes.data() + 32)};
   if (!(norm.stddev > 0.0f)) fail(what, "normalization stddev is not > 0");
   auto w = std::make_shared<mlp_weights>();
   w->shape = s;
@@ -138,9 +146,12 @@ void save_mlp(const std::string& path, const mlp_weights& w, normalize_params no
 
 trained_mlp load_mlp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, std::string("cannot open: ") + std::strerror(errno) +
-                         " (the weights are data/fashion_mlp.bin in the source tree; pass --weights FILE)");
-  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (!f)
+    fail(path,
+         std::string("cannot open: ") + std::strerror(errno) +
+             " (the weights are data/fashion_mlp.bin in the source tree; pass --weights FILE)");
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                                  std::istreambuf_iterator<char>());
   if (f.bad()) fail(path, "read failed");
   return decode_mlp(bytes, path);
 }

@@ -57,9 +57,7 @@ void dense(const float* x, const float* w, const float* bias, float* y, std::siz
 
 }  // namespace
 
-std::size_t mlp_shape::max_width() const noexcept {
-  return std::max({input, hidden, classes});
-}
+std::size_t mlp_shape::max_width() const noexcept { return std::max({input, hidden, classes}); }
 
 void validate(const mlp_shape& s) {
   CONVEYOR_EXPECTS(s.layers >= 1 && s.layers <= 64,
@@ -89,10 +87,10 @@ mlp_weights weights_of(const mlp_options& o) {
   if (!o.weights) return make_weights(o.shape, o.seed);
   const mlp_shape& a = o.weights->shape;
   const mlp_shape& b = o.shape;
-  CONVEYOR_EXPECTS(a.input == b.input && a.hidden == b.hidden && a.layers == b.layers &&
-                       a.classes == b.classes,
-                   "mlp_options: the weights are of another shape than mlp_options::shape; set "
-                   "shape = weights->shape (trained_mlp::options() does)");
+  CONVEYOR_EXPECTS(
+      a.input == b.input && a.hidden == b.hidden && a.layers == b.layers && a.classes == b.classes,
+      "mlp_options: the weights are of another shape than mlp_options::shape; set "
+      "shape = weights->shape (trained_mlp::options() does)");
   return *o.weights;
 }
 
@@ -102,7 +100,8 @@ std::uint16_t to_fp16_bits(float x) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
   const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
   const std::uint32_t a = bits & 0x7fffffffu;
-  if (a >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (a >= 0x7f800000u)
+    return static_cast<std::uint16_t>(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (a >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520: inf
   if (a < 0x38800000u) {
     // Below 2^-14: a subnormal half, in units of 2^-24. The product is exact, and
@@ -148,10 +147,14 @@ float round_to_tf32(float x) noexcept {
 
 float round_to(precision p, float x) noexcept {
   switch (p) {
-    case precision::fp32: return x;
-    case precision::tf32: return round_to_tf32(x);
-    case precision::fp16: return from_fp16_bits(to_fp16_bits(x));
-    case precision::bf16: return from_bf16_bits(to_bf16_bits(x));
+    case precision::fp32:
+      return x;
+    case precision::tf32:
+      return round_to_tf32(x);
+    case precision::fp16:
+      return from_fp16_bits(to_fp16_bits(x));
+    case precision::bf16:
+      return from_bf16_bits(to_bf16_bits(x));
   }
   return x;
 }
@@ -177,8 +180,8 @@ void argmax_rows_ref(std::span<const float> scores, std::size_t rows, std::size_
   }
 }
 
-void topk_rows_ref(std::span<const float> scores, std::size_t rows, std::size_t cols,
-                   std::size_t k, std::span<std::uint32_t> out) {
+void topk_rows_ref(std::span<const float> scores, std::size_t rows, std::size_t cols, std::size_t k,
+                   std::span<std::uint32_t> out) {
   CONVEYOR_EXPECTS(k >= 1 && k <= cols, "topk_rows_ref: k must be in [1, cols]");
   check_size(scores.size(), rows * cols, "topk_rows_ref scores");
   check_size(out.size(), rows * k, "topk_rows_ref output");

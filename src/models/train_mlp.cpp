@@ -171,7 +171,8 @@ cm::normalize_params dataset_norm(const cm::image_set& train) {
   }
   const double n = static_cast<double>(train.pixels.size());
   const double mean = sum / n;
-  return {.mean = static_cast<float>(mean), .stddev = static_cast<float>(std::sqrt(sq / n - mean * mean))};
+  return {.mean = static_cast<float>(mean),
+          .stddev = static_cast<float>(std::sqrt(sq / n - mean * mean))};
 }
 
 // Test accuracy through the code the examples run: reference_mlp::classify at fp32.
@@ -189,9 +190,7 @@ double accuracy(const cm::mlp_weights& w, cm::normalize_params norm, const cm::i
   return static_cast<double>(right) / static_cast<double>(test.count);
 }
 
-cm::mlp_weights to_weights(const cm::mlp_shape& s, const params& p) {
-  return {s, p.w, p.b};
-}
+cm::mlp_weights to_weights(const cm::mlp_shape& s, const params& p) { return {s, p.w, p.b}; }
 
 int train(const args& a) {
   const auto t0 = clock_type::now();
@@ -201,11 +200,12 @@ int train(const args& a) {
   const cm::normalize_params norm = dataset_norm(train);
   std::printf("train_mlp: %zu training and %zu test images from %s\n", train.count, test.count,
               a.data.c_str());
-  std::printf("model: MLP %zu -> %zu -> %zu -> %zu, ReLU; SGD, momentum 0.9, batch %zu, lr %.3g "
-              "(cosine to 0), %d epochs, seed %llu, %zu threads; inputs (x/255 - %.4f) / %.4f\n",
-              shape.input, shape.hidden, shape.hidden, shape.classes, batch_size, static_cast<double>(a.lr),
-              a.epochs, static_cast<unsigned long long>(a.seed), a.threads, static_cast<double>(norm.mean),
-              static_cast<double>(norm.stddev));
+  std::printf(
+      "model: MLP %zu -> %zu -> %zu -> %zu, ReLU; SGD, momentum 0.9, batch %zu, lr %.3g "
+      "(cosine to 0), %d epochs, seed %llu, %zu threads; inputs (x/255 - %.4f) / %.4f\n",
+      shape.input, shape.hidden, shape.hidden, shape.classes, batch_size, static_cast<double>(a.lr),
+      a.epochs, static_cast<unsigned long long>(a.seed), a.threads, static_cast<double>(norm.mean),
+      static_cast<double>(norm.stddev));
 
   params p{shape}, velocity{shape};
   {
@@ -226,10 +226,12 @@ int train(const args& a) {
   // and another collects it (std::barrier orders everything before arrive_and_wait()
   // before everything after it, in every thread).
   bool done = false;
-  std::barrier start(static_cast<std::ptrdiff_t>(threads)), finish(static_cast<std::ptrdiff_t>(threads));
+  std::barrier start(static_cast<std::ptrdiff_t>(threads)),
+      finish(static_cast<std::ptrdiff_t>(threads));
   auto compute_chunks = [&](std::size_t t) {
     for (std::size_t c = t; c < chunks_per_batch; c += threads) {
-      const std::uint32_t* ids = order.data() + (step % steps_per_epoch) * batch_size + c * chunk_size;
+      const std::uint32_t* ids =
+          order.data() + (step % steps_per_epoch) * batch_size + c * chunk_size;
       chunk_loss[c] = workers[c].run(p, train, ids, chunk_size, norm);
     }
   };
@@ -255,7 +257,8 @@ int train(const args& a) {
       compute_chunks(0);
       finish.arrive_and_wait();
       const double progress = static_cast<double>(step) / static_cast<double>(total_steps);
-      const float lr = static_cast<float>(0.5 * a.lr * (1.0 + std::cos(3.141592653589793 * progress)));
+      const float lr =
+          static_cast<float>(0.5 * a.lr * (1.0 + std::cos(3.141592653589793 * progress)));
       for (std::size_t l = 0; l < shape.layers; ++l) {
         auto update = [&](std::vector<float>& w, std::vector<float>& v, auto grad_of) {
           for (std::size_t k = 0; k < w.size(); ++k) {
@@ -285,8 +288,8 @@ int train(const args& a) {
   cm::save_mlp(a.out, w, norm);
   const cm::trained_mlp back = cm::load_mlp(a.out);  // what the examples will read
   const std::vector<std::uint8_t> bytes = cm::encode_mlp(*back.weights, back.norm);
-  std::printf("test accuracy %.4f; wrote %s (%zu bytes, CRC-32 %08x) in %.1f s\n", acc, a.out.c_str(),
-              bytes.size(), cm::crc32_of(bytes.data(), bytes.size() - 4),
+  std::printf("test accuracy %.4f; wrote %s (%zu bytes, CRC-32 %08x) in %.1f s\n", acc,
+              a.out.c_str(), bytes.size(), cm::crc32_of(bytes.data(), bytes.size() - 4),
               std::chrono::duration<double>(clock_type::now() - t0).count());
   return 0;
 }
@@ -299,18 +302,26 @@ int main(int argc, char** argv) {
     const std::string_view k = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
     if (v == nullptr || k.substr(0, 2) != "--") {
-      std::fprintf(stderr, "usage: train_mlp [--data DIR] [--out FILE] [--epochs N] [--threads T] "
-                           "[--hidden H] [--seed S] [--lr LR]\n");
+      std::fprintf(stderr,
+                   "usage: train_mlp [--data DIR] [--out FILE] [--epochs N] [--threads T] "
+                   "[--hidden H] [--seed S] [--lr LR]\n");
       return 2;
     }
     ++i;
-    if (k == "--data") a.data = v;
-    else if (k == "--out") a.out = v;
-    else if (k == "--epochs") a.epochs = std::atoi(v);
-    else if (k == "--threads") a.threads = std::strtoull(v, nullptr, 10);
-    else if (k == "--hidden") a.hidden = std::strtoull(v, nullptr, 10);
-    else if (k == "--seed") a.seed = std::strtoull(v, nullptr, 10);
-    else if (k == "--lr") a.lr = std::strtof(v, nullptr);
+    if (k == "--data")
+      a.data = v;
+    else if (k == "--out")
+      a.out = v;
+    else if (k == "--epochs")
+      a.epochs = std::atoi(v);
+    else if (k == "--threads")
+      a.threads = std::strtoull(v, nullptr, 10);
+    else if (k == "--hidden")
+      a.hidden = std::strtoull(v, nullptr, 10);
+    else if (k == "--seed")
+      a.seed = std::strtoull(v, nullptr, 10);
+    else if (k == "--lr")
+      a.lr = std::strtof(v, nullptr);
     else {
       std::fprintf(stderr, "train_mlp: unknown option %s\n", argv[i - 1]);
       return 2;

@@ -19,14 +19,13 @@ int classify(tensor t) { return static_cast<int>(t.values); }
 
 int main() {
   conveyor::pipeline p{conveyor::source(next_image) | conveyor::map(to_tensor) |
-                       conveyor::batch(4) |
-                       conveyor::map([](std::vector<tensor> v) { return v; }) |
-                       conveyor::unbatch() | conveyor::map(classify) |
-                       conveyor::sink([](int) {})};
+                       conveyor::batch(4) | conveyor::map([](std::vector<tensor> v) { return v; }) |
+                       conveyor::unbatch() | conveyor::map(classify) | conveyor::sink([](int) {})};
   conveyor::pipeline svc{conveyor::input<image>() | conveyor::map(to_tensor) |
                          conveyor::map([](tensor t) { return classify(t); })};
   svc.start();
-  svc.submit(image{}, [](conveyor::outcome<int> r) noexcept { (void)r; });  // cf. submit_done_not_noexcept
+  // cf. submit_done_not_noexcept
+  svc.submit(image{}, [](conveyor::outcome<int> r) noexcept { (void)r; });
   (void)svc.stop(conveyor::stop_mode::drain);
   return p.run().completed == 0 ? 0 : 1;
 }

@@ -58,7 +58,10 @@ struct segment_spec {
 
 auto segment(segment_spec s) {
   return gpu<R, std::uint8_t, std::uint8_t>(
-      {.lanes = s.lanes, .slots_per_lane = s.slots_per_lane, .in_elems = s.in_bytes, .out_elems = s.out_bytes,
+      {.lanes = s.lanes,
+       .slots_per_lane = s.slots_per_lane,
+       .in_elems = s.in_bytes,
+       .out_elems = s.out_bytes,
        .name = s.name},
       [n = s.in_bytes](batch_t&, R::pinned_span<std::uint8_t>) { return n; },
       [n = s.out_bytes, k = s.kernel](lane_batch<R, std::uint8_t, std::uint8_t>& l) {
@@ -85,7 +88,8 @@ std::string text(const report& r) {
 }
 
 // The assertion every scenario makes, with the whole report printed when it fails.
-void require_verdict(const report& r, std::uint64_t n, verdict_kind kind, const std::string& stage) {
+void require_verdict(const report& r, std::uint64_t n, verdict_kind kind,
+                     const std::string& stage) {
   INFO(text(r));
   REQUIRE(r.completed == n);
   REQUIRE(r.produced == r.completed + r.failed + r.cancelled);
@@ -101,8 +105,8 @@ TEST_CASE("diagnosis: CPU map saturated, GPU starved -> cpu_stage_bound at that 
   // decode: 1 ms per item on one worker; the device needs 0.1 ms per batch of 8.
   const std::uint64_t n = items(1200);
   item sum = 0;
-  pipeline p{numbers(n) | slow_map(1000us, "decode") | batch(8) |
-                 segment({.kernel = 100us}) | unbatch() | sink([&](item x) { sum += x; }),
+  pipeline p{numbers(n) | slow_map(1000us, "decode") | batch(8) | segment({.kernel = 100us}) |
+                 unbatch() | sink([&](item x) { sum += x; }),
              small_rings};
   const report r = p.run();
   require_verdict(r, n, verdict_kind::cpu_stage_bound, "decode");
@@ -247,11 +251,10 @@ TEST_CASE("diagnosis: jittery stages on tiny rings, waiting on each other -> bal
     const bool first_half = (x / 10) % 2 == 0;
     return first_half == slow_first ? 1800us : 200us;
   };
-  pipeline p{numbers(n) |
-                 map([&](item x) {
-                   cost(phase_cost(x, true));
-                   return x;
-                 }).name("resize") |
+  pipeline p{numbers(n) | map([&](item x) {
+                            cost(phase_cost(x, true));
+                            return x;
+                          }).name("resize") |
                  map([&](item x) {
                    cost(phase_cost(x, false));
                    return x;

@@ -42,7 +42,8 @@ constexpr std::uint64_t none = ~std::uint64_t{0};
 // The user's exception: must come back out of stage_error with its own type.
 struct boom : std::runtime_error {
   std::uint64_t item;
-  explicit boom(std::uint64_t i) : std::runtime_error("boom on item " + std::to_string(i)), item(i) {}
+  explicit boom(std::uint64_t i)
+      : std::runtime_error("boom on item " + std::to_string(i)), item(i) {}
 };
 
 enum class where { source, map, batch_map, map_after_unbatch, sink };
@@ -50,11 +51,16 @@ enum class ending { run, stop_drain, stop_cancel, destroy };
 
 const char* name_of(where w) {
   switch (w) {
-    case where::source: return "src";
-    case where::map: return "thrower";
-    case where::batch_map: return "per-batch";
-    case where::map_after_unbatch: return "after-unbatch";
-    case where::sink: return "out";
+    case where::source:
+      return "src";
+    case where::map:
+      return "thrower";
+    case where::batch_map:
+      return "per-batch";
+    case where::map_after_unbatch:
+      return "after-unbatch";
+    case where::sink:
+      return "out";
   }
   return "?";
 }
@@ -97,7 +103,9 @@ struct plan {
     if (full) thrown.wait(false);
   }
 
-  std::uint64_t items_failed() const { return at == where::source ? 0 : at == where::batch_map ? B : 1; }
+  std::uint64_t items_failed() const {
+    return at == where::source ? 0 : at == where::batch_map ? B : 1;
+  }
 };
 
 // The map under test: calls pl.at_call() on every item, so it throws (or waits) where
@@ -161,7 +169,8 @@ void require_conserved(const item_counts& c) {
 
 // The error thrown by a waiting call: a stage_error naming the stage and the item, the
 // user's exception nested with its own type, both ways of getting it back.
-void require_stage_error(const std::exception_ptr& ep, const std::string& stage, std::uint64_t item) {
+void require_stage_error(const std::exception_ptr& ep, const std::string& stage,
+                         std::uint64_t item) {
   REQUIRE(ep);
   try {
     std::rethrow_exception(ep);
@@ -229,13 +238,16 @@ void run_scenario(plan& pl, ending how) {
              const std::uint64_t k = pl.fed.fetch_add(1);
              if (pl.at == where::source) pl.at_call(k);
              return counted{k};
-           }).name("src");
+           })
+        .name("src");
   };
   auto pass = [] { return map([](counted c) { return c; }).name("pass"); };
   auto out = [&pl] {
     return sink([&pl](counted c) {
-             if (pl.at == where::sink) pl.at_call(c.value);
-             else pl.gate();
+             if (pl.at == where::sink)
+               pl.at_call(c.value);
+             else
+               pl.gate();
            })
         .workers(pl.at == where::sink ? pl.workers : 1)
         .name("out");
@@ -252,11 +264,10 @@ void run_scenario(plan& pl, ending how) {
       break;
     case where::batch_map:
       exercise(pl, how, [&] {
-        return pipeline{src() | batch(B).name("batch") |
-                            map([&pl](std::vector<counted> v) {
-                              pl.at_call(v.front().value);
-                              return v;
-                            }).name("per-batch") |
+        return pipeline{src() | batch(B).name("batch") | map([&pl](std::vector<counted> v) {
+                                                           pl.at_call(v.front().value);
+                                                           return v;
+                                                         }).name("per-batch") |
                             unbatch() | out(),
                         small};
       });
@@ -282,16 +293,17 @@ struct position {
 
 TEST_CASE("errors: a throw at any stage position with rings empty or full stops and rethrows") {
   const position pos = GENERATE(values<position>({{where::source, 1, false},
-                                                   {where::map, 1, false},
-                                                   {where::map, 1, true},
-                                                   {where::map, 3, false},
-                                                   {where::map, 3, true},
-                                                   {where::batch_map, 1, false},
-                                                   {where::map_after_unbatch, 1, false},
-                                                   {where::sink, 1, false},
-                                                   {where::sink, 2, false}}));
+                                                  {where::map, 1, false},
+                                                  {where::map, 1, true},
+                                                  {where::map, 3, false},
+                                                  {where::map, 3, true},
+                                                  {where::batch_map, 1, false},
+                                                  {where::map_after_unbatch, 1, false},
+                                                  {where::sink, 1, false},
+                                                  {where::sink, 2, false}}));
   const bool full = GENERATE(false, true);
-  const ending how = GENERATE(ending::run, ending::stop_drain, ending::stop_cancel, ending::destroy);
+  const ending how =
+      GENERATE(ending::run, ending::stop_drain, ending::stop_cancel, ending::destroy);
   plan pl;
   pl.at = pos.at;
   pl.workers = pos.workers;
@@ -312,12 +324,13 @@ TEST_CASE("errors: a map between batch and unbatch that changes the batch length
     pipeline p{source([i = std::uint64_t{0}]() mutable -> std::optional<counted> {
                  if (i == n) return std::nullopt;
                  return counted{i++};
-               }) |
-                   batch(4).name("batch") |
+               }) | batch(4).name("batch") |
                    map([grow](std::vector<counted> v) {
                      if (v.front().value == 8) {
-                       if (grow) v.emplace_back(99);
-                       else v.pop_back();
+                       if (grow)
+                         v.emplace_back(99);
+                       else
+                         v.pop_back();
                      }
                      return v;
                    }).name("resize") |
@@ -369,8 +382,10 @@ void exercise_service(plan& pl, svc_end end, std::uint64_t n, Make make) {
     pl.thrown.wait(false);
     std::exception_ptr ep;
     try {
-      if (end == svc_end::wait) p.wait();
-      else p.stop(end == svc_end::stop_drain ? stop_mode::drain : stop_mode::cancel);
+      if (end == svc_end::wait)
+        p.wait();
+      else
+        p.stop(end == svc_end::stop_drain ? stop_mode::drain : stop_mode::cancel);
     } catch (...) {
       ep = std::current_exception();
     }
@@ -410,10 +425,10 @@ void exercise_service(plan& pl, svc_end end, std::uint64_t n, Make make) {
 
 TEST_CASE("errors: service mode: the futures of items in flight get the error and none hangs") {
   const position pos = GENERATE(values<position>({{where::map, 1, false},
-                                                   {where::map, 3, false},
-                                                   {where::map, 2, true},
-                                                   {where::batch_map, 1, false},
-                                                   {where::map_after_unbatch, 1, false}}));
+                                                  {where::map, 3, false},
+                                                  {where::map, 2, true},
+                                                  {where::batch_map, 1, false},
+                                                  {where::map_after_unbatch, 1, false}}));
   const bool in_flight = GENERATE(false, true);
   const svc_end end = GENERATE(svc_end::stop_drain, svc_end::stop_cancel, svc_end::wait);
   const std::uint64_t n = 10 * B;  // a multiple of the batch size: every batch is full
@@ -431,7 +446,8 @@ TEST_CASE("errors: service mode: the futures of items in flight get the error an
   switch (pos.at) {
     case where::map:
       exercise_service(pl, end, n, [&] {
-        return pipeline{input<counted>() | thrower().name("thrower"), pipeline_options{.ring_capacity = C}};
+        return pipeline{input<counted>() | thrower().name("thrower"),
+                        pipeline_options{.ring_capacity = C}};
       });
       break;
     case where::batch_map:
@@ -469,9 +485,9 @@ TEST_CASE("errors: service mode: submit() after a stage failed then stop() settl
     plan pl;
     pl.at = where::map;
     pipeline p{input<counted>() | map([&pl](counted c) {
-                 pl.at_call(c.value);
-                 return c;
-               }).name("thrower"),
+                                    pl.at_call(c.value);
+                                    return c;
+                                  }).name("thrower"),
                pipeline_options{.ring_capacity = C}};
     p.start();
     std::vector<std::future<counted>> futures;
@@ -489,8 +505,10 @@ TEST_CASE("errors: service mode: submit() after a stage failed then stop() settl
     }
     std::exception_ptr ep;
     try {
-      if (end == svc_end::wait) p.wait();
-      else p.stop(end == svc_end::stop_drain ? stop_mode::drain : stop_mode::cancel);
+      if (end == svc_end::wait)
+        p.wait();
+      else
+        p.stop(end == svc_end::stop_drain ? stop_mode::drain : stop_mode::cancel);
     } catch (...) {
       ep = std::current_exception();
     }
@@ -515,8 +533,8 @@ TEST_CASE("errors: destroying a healthy started pipeline stops it and joins and 
       pipeline p{source([i = std::uint64_t{0}]() mutable -> std::optional<counted> {
                    return counted{i++};
                  }) |  // endless
-                     map([](counted c) { return c; }).workers(2).ordered() | batch(B) | unbatch() |
-                     sink([&](counted) { seen.fetch_add(1); }),
+                     map([](counted c) { return c; }).workers(2).ordered() |
+                     batch(B) | unbatch() | sink([&](counted) { seen.fetch_add(1); }),
                  pipeline_options{.ring_capacity = C}};
       p.start();
       while (seen.load() < 100) std::this_thread::yield();
@@ -526,9 +544,9 @@ TEST_CASE("errors: destroying a healthy started pipeline stops it and joins and 
   SECTION("service pipeline with futures outstanding") {
     std::vector<std::future<counted>> futures;
     {
-      pipeline svc{input<counted>() | map([](counted c) { return c; }).workers(2) | batch(B) |
-                       unbatch(),
-                   pipeline_options{.ring_capacity = C}};
+      pipeline svc{
+          input<counted>() | map([](counted c) { return c; }).workers(2) | batch(B) | unbatch(),
+          pipeline_options{.ring_capacity = C}};
       svc.start();
       for (std::uint64_t i = 0; i < 30; ++i) futures.push_back(svc.submit(counted{i}));
     }

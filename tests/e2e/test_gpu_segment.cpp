@@ -61,9 +61,11 @@ auto make_segment(std::size_t lanes, std::size_t max_batch, bool jitter) {
     for (std::size_t i = 0; i < batch.size(); ++i) out.emplace_back(batch[i], r[i]);
     return out;
   };
-  auto g = gpu<R, std::uint32_t, std::uint64_t>(
-      {.lanes = lanes, .slots_per_lane = 2, .in_elems = max_batch * features, .out_elems = max_batch},
-      stage_in, compute, stage_out);
+  auto g = gpu<R, std::uint32_t, std::uint64_t>({.lanes = lanes,
+                                                 .slots_per_lane = 2,
+                                                 .in_elems = max_batch * features,
+                                                 .out_elems = max_batch},
+                                                stage_in, compute, stage_out);
   if (jitter)
     g.streams([](std::size_t lane) {
       return host::stream{host::jitter{lane + 1, std::chrono::microseconds(20)}};

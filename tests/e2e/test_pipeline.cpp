@@ -55,9 +55,9 @@ auto doubling_service() {
 // A service whose 2 workers hold each item until `release` is set, then pass it on.
 auto gated_service(std::atomic<bool>& release) {
   return pipeline{input<int>() | map([&release](int x) {
-                    while (!release.load()) std::this_thread::yield();
-                    return x;
-                  }).workers(2)};
+                                   while (!release.load()) std::this_thread::yield();
+                                   return x;
+                                 }).workers(2)};
 }
 
 // Stops a gated service with cancel while another thread opens the gate 5 ms later, so
@@ -85,7 +85,9 @@ TEST_CASE("pipeline: source -> parallel ordered maps -> sink keeps input order")
              map([](std::uint64_t x) {
                random_pause(x);
                return x * 3;
-             }).workers(workers).ordered() |
+             })
+                 .workers(workers)
+                 .ordered() |
              map([](std::uint64_t x) { return x + 1; }).workers(workers).ordered() |
              sink([&](std::uint64_t x) { got.push_back(x); })};
   const auto c = p.run();
@@ -277,8 +279,7 @@ TEST_CASE("pipeline: the latency sample stands for every item of a long run") {
   const std::uint64_t n = 2 * detail::latency_dense_items + 64 * 10;
   std::uint64_t got = 0;
   pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
-                 map([](std::uint64_t x) { return x + 1; }) |
-                 sink([&](std::uint64_t) { ++got; }),
+                 map([](std::uint64_t x) { return x + 1; }) | sink([&](std::uint64_t) { ++got; }),
              pipeline_options{.metrics = true}};
   const report r = p.run();
   require_conserved(r);
@@ -321,8 +322,7 @@ TEST_CASE("pipeline: a dynamic batch leaves at its deadline with what it has") {
                if (produced == 6) return std::nullopt;
                return produced++;
              }) |
-             batch(8).max_delay(std::chrono::milliseconds(5)) |
-             sink([&](std::vector<int> v) {
+             batch(8).max_delay(std::chrono::milliseconds(5)) | sink([&](std::vector<int> v) {
                sizes.push_back(v.size());
                gate.store(true);
                gate.notify_all();
@@ -535,7 +535,8 @@ TEST_CASE("pipeline: service mode: try_submit refuses when full and leaves the i
   for (;;) {  // the stage holds everything: tickets run out
     std::string x(accepted % 7, 'x');
     if (accepted % 2 == 0) {
-      if (!svc.try_submit(std::move(x), [&calls](outcome<std::size_t>) noexcept { calls.fetch_add(1); }))
+      if (!svc.try_submit(std::move(x),
+                          [&calls](outcome<std::size_t>) noexcept { calls.fetch_add(1); }))
         break;
     } else {
       auto f = svc.try_submit(std::move(x));
@@ -547,7 +548,8 @@ TEST_CASE("pipeline: service mode: try_submit refuses when full and leaves the i
   }
   CHECK(accepted == 1024);  // the service's in-flight bound
   std::string kept = "still here";
-  REQUIRE_FALSE(svc.try_submit(std::move(kept), [&calls](outcome<std::size_t>) noexcept { calls.fetch_add(1); }));
+  REQUIRE_FALSE(svc.try_submit(std::move(kept),
+                               [&calls](outcome<std::size_t>) noexcept { calls.fetch_add(1); }));
   REQUIRE(kept == "still here");  // refused: not moved from
   REQUIRE_FALSE(svc.try_submit(std::move(kept)).has_value());
   REQUIRE(kept == "still here");
@@ -626,16 +628,22 @@ TEST_CASE("pipeline: ordered maps of different widths on lanes keep input order"
                  map([](std::uint64_t x) {
                    random_pause(x);
                    return x + 1;
-                 }).workers(2).ordered() |
+                 })
+                     .workers(2)
+                     .ordered() |
                  map([](std::uint64_t x) {
                    random_pause(x + 7);
                    return x * 3;
-                 }).workers(3).ordered() |
+                 })
+                     .workers(3)
+                     .ordered() |
                  map([](std::uint64_t x) { return x; }) |
                  map([](std::uint64_t x) {
                    random_pause(x + 13);
                    return x - 1;
-                 }).workers(4).ordered() |
+                 })
+                     .workers(4)
+                     .ordered() |
                  batch(5) | unbatch() | sink([&](std::uint64_t x) { got.push_back(x); }),
              pipeline_options{.ring_capacity = 16}};
   const auto c = p.run();
@@ -653,17 +661,16 @@ TEST_CASE("pipeline: bad configuration fails at construction with what to change
                       Catch::Contains("workers must be in [1, 1024]"));
   REQUIRE_THROWS_WITH(pipeline(src() | batch(0) | sink([](std::vector<int>) {})),
                       Catch::Contains("max size must be in [1, 2^20]"));
-  REQUIRE_THROWS_WITH(
-      pipeline(src() | sink(noop), pipeline_options{.ring_capacity = 1000}),
-      Catch::Contains("pass 1024"));
+  REQUIRE_THROWS_WITH(pipeline(src() | sink(noop), pipeline_options{.ring_capacity = 1000}),
+                      Catch::Contains("pass 1024"));
   REQUIRE_THROWS_WITH(pipeline(src() | sink(noop).workers(5000)),
                       Catch::Contains("workers must be in [1, 1024]"));
   for (const std::size_t growth : {std::size_t{0}, std::size_t{3}, std::size_t{128}})
     REQUIRE_THROWS_WITH(pipeline(src() | sink(noop), pipeline_options{.ring_growth = growth}),
                         Catch::Contains("ring_growth must be a power of two in [1, 64]"));
-  REQUIRE_THROWS_WITH(pipeline(src() | sink(noop),
-                               pipeline_options{.ring_capacity = std::size_t{1} << 28}),
-                      Catch::Contains("lower ring_growth"));
+  REQUIRE_THROWS_WITH(
+      pipeline(src() | sink(noop), pipeline_options{.ring_capacity = std::size_t{1} << 28}),
+      Catch::Contains("lower ring_growth"));
 }
 
 // Rings that grow (pipeline_options::ring_growth): what can grow gets a reserve, the
@@ -706,16 +713,16 @@ TEST_CASE("pipeline: soak of 1M items through every stage kind with bounded memo
   std::atomic<long> max_live{0};
   std::uint64_t sum = 0, count = 0;
   pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
-             map([](std::uint64_t x) { return t::counted{x}; }).workers(2).ordered() |
-             batch(32).max_delay(std::chrono::microseconds(200)) | unbatch() |
-             sink([&](t::counted c) {
-               sum += c.value;
-               ++count;
-               if ((count & 1023) == 0) {
-                 const long live = t::counted::live.load();
-                 if (live > max_live.load()) max_live.store(live);
-               }
-             }),
+                 map([](std::uint64_t x) { return t::counted{x}; }).workers(2).ordered() |
+                 batch(32).max_delay(std::chrono::microseconds(200)) | unbatch() |
+                 sink([&](t::counted c) {
+                   sum += c.value;
+                   ++count;
+                   if ((count & 1023) == 0) {
+                     const long live = t::counted::live.load();
+                     if (live > max_live.load()) max_live.store(live);
+                   }
+                 }),
              pipeline_options{.ring_capacity = 256}};
   require_conserved(p.run());
   REQUIRE(count == n);

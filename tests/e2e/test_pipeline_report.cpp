@@ -141,8 +141,8 @@ TEST_CASE("pipeline trace: every track, nested spans, ring counters, within its 
   CAPTURE(n);
   std::uint64_t sum = 0;
   pipeline p{from_range(std::views::iota(std::uint64_t{0}, n)) |
-                 map([](std::uint64_t x) { return 2 * x; }).workers(2).name("double") |
-                 batch(16) | plus_one_segment(2, 16) | unbatch() |
+                 map([](std::uint64_t x) { return 2 * x; }).workers(2).name("double") | batch(16) |
+                 plus_one_segment(2, 16) | unbatch() |
                  sink([&](std::uint64_t x) { sum += x; }).name("sum"),
              pipeline_options{.ring_capacity = 64, .trace_events = bound}};
   REQUIRE(p.tracing());
@@ -161,10 +161,18 @@ TEST_CASE("pipeline trace: every track, nested spans, ring counters, within its 
     names.insert(tr.name);
     REQUIRE(tr.spans + tr.counters <= bound);  // the ring of the last N events per track
   }
-  const std::set<std::string> expected{
-      "source",       "double #1",           "double #2",           "batch",
-      "gpu lane 0",   "gpu lane 0 enqueue",  "gpu lane 0 complete", "gpu lane 1",
-      "gpu lane 1 enqueue", "gpu lane 1 complete", "unbatch",       "sum"};
+  const std::set<std::string> expected{"source",
+                                       "double #1",
+                                       "double #2",
+                                       "batch",
+                                       "gpu lane 0",
+                                       "gpu lane 0 enqueue",
+                                       "gpu lane 0 complete",
+                                       "gpu lane 1",
+                                       "gpu lane 1 enqueue",
+                                       "gpu lane 1 complete",
+                                       "unbatch",
+                                       "sum"};
   REQUIRE(names == expected);
 
   // Stage workers: busy spans named after the stage, and their input ring's occupancy.
@@ -260,8 +268,7 @@ TEST_CASE("pipeline metrics: waits too short to be timed are still charged as wa
                if (i == n) return std::nullopt;
                spin_2us();
                return i++;
-             }) |
-                 map([](std::uint64_t x) { return x + 1; }).name("inc") |
+             }) | map([](std::uint64_t x) { return x + 1; }).name("inc") |
                  sink([](std::uint64_t) {}).name("out"),
              pipeline_options{.ring_capacity = 64}};
   const report r = p.run();
@@ -386,7 +393,9 @@ TEST_CASE("worker_probe: spin rounds are charged at the learned cost of a round"
   CHECK(c.busy_ns >= 1'000'000 - 2 * 100 * 2000);
 }
 
-TEST_CASE("worker_probe: a sampled wait preempted in the middle is charged once, not to every later one") {
+TEST_CASE(
+    "worker_probe: a sampled wait preempted in the middle is charged once, not to every later "
+    "one") {
   using namespace std::chrono_literals;
   detail::control ctl{true};
   metrics::stage_stats stats{1};
@@ -484,7 +493,7 @@ TEST_CASE("pipeline progress: refreshes while running, ends its line at stop") {
   REQUIRE(refreshes >= 2);
   // The newline is written only after the progress thread left its loop: it stopped.
   REQUIRE(text.back() == '\n');
-  REQUIRE(text.find('\n') == text.size() - 1);      // one line, rewritten in place
+  REQUIRE(text.find('\n') == text.size() - 1);  // one line, rewritten in place
   REQUIRE_THAT(text, Catch::Contains("conveyor: ") && Catch::Contains("items/s") &&
                          Catch::Contains("GPU busy") && Catch::Contains("now: "));
 }

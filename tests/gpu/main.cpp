@@ -11,8 +11,9 @@ int main(int argc, char* argv[]) {
   int devices = 0;
   const cudaError_t status = cudaGetDeviceCount(&devices);
   if (status != cudaSuccess) {
-    std::printf("gpu_tests: skipped: no CUDA device answers: cudaGetDeviceCount failed with %s (%s)\n",
-                cudaGetErrorName(status), cudaGetErrorString(status));
+    std::printf(
+        "gpu_tests: skipped: no CUDA device answers: cudaGetDeviceCount failed with %s (%s)\n",
+        cudaGetErrorName(status), cudaGetErrorString(status));
     return 77;
   }
   if (devices == 0) {

@@ -52,12 +52,14 @@ TEST_CASE("CONVEYOR_CUDA_TRY: throws cuda_error with api, code, name, message an
     CHECK(e.code_name() == "cudaErrorInvalidValue");
     CHECK(e.line() == line);
     CHECK_THAT(std::string(e.file()), Catch::EndsWith("test_cuda_config.cpp"));
-    CHECK_THAT(std::string(e.what()), Contains("fails_with_invalid_value failed: cudaErrorInvalidValue (1)") &&
-                                          Contains(cudaGetErrorString(cudaErrorInvalidValue)) &&
-                                          Contains("test_cuda_config.cpp:" + std::to_string(line)));
+    CHECK_THAT(std::string(e.what()),
+               Contains("fails_with_invalid_value failed: cudaErrorInvalidValue (1)") &&
+                   Contains(cudaGetErrorString(cudaErrorInvalidValue)) &&
+                   Contains("test_cuda_config.cpp:" + std::to_string(line)));
   }
   REQUIRE_NOTHROW([] { CONVEYOR_CUDA_TRY(cudaSuccess); }());
-  CHECK(conveyor::detail::cuda_api_name("::cudaMemcpyAsync(dst, src, n, kind, s)") == "cudaMemcpyAsync");
+  CHECK(conveyor::detail::cuda_api_name("::cudaMemcpyAsync(dst, src, n, kind, s)") ==
+        "cudaMemcpyAsync");
   CHECK(conveyor::detail::cuda_api_name("status") == "status");
 }
 

@@ -35,15 +35,18 @@ concept can_copy_async = requires(Dst d, Src src, Stream s) { copy_async(d, src,
 static_assert(conveyor::runtime<cuda::runtime>);
 static_assert(cuda::runtime::name == "cuda");
 static_assert(can_copy_async<cuda::device_span<float>, cuda::pinned_span<float>, cuda::stream_ref>);
-static_assert(can_copy_async<cuda::pinned_span<float>, cuda::device_span<const float>, cuda::stream_ref>);
+static_assert(
+    can_copy_async<cuda::pinned_span<float>, cuda::device_span<const float>, cuda::stream_ref>);
 static_assert(!can_copy_async<cuda::device_span<float>, std::vector<float>&, cuda::stream_ref>,
               "pageable memory must not reach cudaMemcpyAsync: it would silently synchronize");
-static_assert(!can_copy_async<std::vector<float>&, cuda::device_span<const float>, cuda::stream_ref>);
+static_assert(
+    !can_copy_async<std::vector<float>&, cuda::device_span<const float>, cuda::stream_ref>);
 static_assert(!can_copy_async<cuda::device_span<float>, const float*, cuda::stream_ref>);
 static_assert(!can_copy_async<cuda::device_span<float>, std::span<const float>, cuda::stream_ref>);
 static_assert(!std::is_constructible_v<cuda::stream_ref, int>);
 static_assert(!std::is_constructible_v<cuda::stream_ref, std::nullptr_t>);
-static_assert(!std::is_convertible_v<cudaStream_t, cuda::stream_ref>, "wrapping a handle is explicit");
+static_assert(!std::is_convertible_v<cudaStream_t, cuda::stream_ref>,
+              "wrapping a handle is explicit");
 
 namespace {
 
@@ -56,10 +59,11 @@ constexpr long long timeout_ms = 5000;
 
 // ---- RAII ---------------------------------------------------------------------------
 
-TEST_CASE("cuda handles: move-assignment between two non-empty handles leaks and double-frees nothing") {
-  const long streams0 = counters::live(counters::streams), events0 = counters::live(counters::events),
-             pinned0 = counters::live(counters::pinned), device0 = counters::live(counters::device),
-             blas0 = counters::live(counters::cublas);
+TEST_CASE(
+    "cuda handles: move-assignment between two non-empty handles leaks and double-frees nothing") {
+  const long streams0 = counters::live(counters::streams),
+             events0 = counters::live(counters::events), pinned0 = counters::live(counters::pinned),
+             device0 = counters::live(counters::device), blas0 = counters::live(counters::cublas);
   {
     cuda::stream a, b;
     REQUIRE(counters::live(counters::streams) == streams0 + 2);
@@ -114,7 +118,9 @@ TEST_CASE("cuda handles: move-assignment between two non-empty handles leaks and
 // them on an H100: the gate kernel had timed out before the host looked), so the sanitizer
 // runs take them out: compute-sanitizer ... gpu_tests "~[gate]".
 
-TEST_CASE("cuda event: pending behind a gated kernel, complete after it, never-recorded is complete", "[gate]") {
+TEST_CASE(
+    "cuda event: pending behind a gated kernel, complete after it, never-recorded is complete",
+    "[gate]") {
   cuda::event never{event_timing::enabled};
   REQUIRE(never.query());
 
@@ -164,8 +170,8 @@ TEST_CASE("cuda stream: wait() holds a stream until the event's stream reaches i
 
 TEST_CASE("cuda streams: two lanes really run concurrently (spin-gate)", "[gate]") {
   int concurrent = 0;
-  CONVEYOR_CUDA_TRY(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentKernels,
-                                           cuda::current_device()));
+  CONVEYOR_CUDA_TRY(
+      cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentKernels, cuda::current_device()));
   REQUIRE(concurrent == 1);
   cuda::stream lane_a, lane_b;
   cuda::device_buffer<int> flag{1};
@@ -200,19 +206,24 @@ TEST_CASE("cuda memory: H2D, kernel, D2D, D2H and memset round trip") {
   copy_async(out.span(), d1.span(), s);
   s.synchronize();
   bool all = true;
-  for (std::size_t i = 0; i < n; ++i) all &= (out.span()[i] == 2.0f * static_cast<float>(i % 1000) + 1.0f);
+  for (std::size_t i = 0; i < n; ++i)
+    all &= (out.span()[i] == 2.0f * static_cast<float>(i % 1000) + 1.0f);
   REQUIRE(all);
 
   memset_async(d1.span(), 0, s);
   copy_async(out.span(), d1.span(), s);
   s.synchronize();
   for (float x : out.span()) REQUIRE(x == 0.0f);
-  if (n > 1) REQUIRE_THROWS_AS(copy_async(d1.span().subspan(0, n - 1), in.span(), s), conveyor::config_error);
+  if (n > 1)
+    REQUIRE_THROWS_AS(copy_async(d1.span().subspan(0, n - 1), in.span(), s),
+                      conveyor::config_error);
 }
 
 TEST_CASE("cuda memory: a failed allocation names the bytes and the pool") {
-  const std::size_t almost_1tib = (std::size_t{1} << 40) - 1;  // passes the size check, no GPU has it
-  REQUIRE_THROWS_AS(cuda::device_buffer<char>(almost_1tib, "huge activations"), conveyor::cuda_error);
+  // passes the size check, no GPU has it
+  const std::size_t almost_1tib = (std::size_t{1} << 40) - 1;
+  REQUIRE_THROWS_AS(cuda::device_buffer<char>(almost_1tib, "huge activations"),
+                    conveyor::cuda_error);
   REQUIRE_THROWS_WITH(cuda::device_buffer<char>(almost_1tib, "huge activations"),
                       Catch::Contains(std::to_string(almost_1tib) + " bytes") &&
                           Catch::Contains("'huge activations'") && Catch::Contains("cudaMalloc"));
@@ -257,7 +268,9 @@ TEST_CASE("cublas_handle: bound to its stream, with its own workspace") {
 
 // ---- slot_pool on a device ------------------------------------------------------------
 
-TEST_CASE("slot_pool on a device: a slot is not handed out again before its lane passes the release", "[gate]") {
+TEST_CASE(
+    "slot_pool on a device: a slot is not handed out again before its lane passes the release",
+    "[gate]") {
   conveyor::slot_pool<cuda::runtime, int> pool{1, 4, 4};
   cuda::stream lane;
   cuda::pinned_buffer<int> host_flags{3};  // [0] gate, [1] started, [2] result
@@ -283,13 +296,15 @@ TEST_CASE("slot_pool on a device: every result is intact when its slot comes bac
   constexpr std::size_t slots = 4;
   conveyor::slot_pool<cuda::runtime, float> pool{slots, k, k};
   const std::uint64_t batches = 2000;
-  std::vector<std::int64_t> last_batch(slots, -1);  // per slot index; producers own slots exclusively
+  // per slot index; producers own slots exclusively
+  std::vector<std::int64_t> last_batch(slots, -1);
   std::atomic<std::uint64_t> bad{0};
   auto check = [&](const conveyor::slot_pool<cuda::runtime, float>::slot& s) {
     const std::int64_t b = last_batch[s.index];
     if (b < 0) return;
     for (std::size_t j = 0; j < k; j += 97) {
-      if (s.pinned_out[j] != 3.0f * static_cast<float>((b + static_cast<std::int64_t>(j)) % 4096) + 1.0f) {
+      if (s.pinned_out[j] !=
+          3.0f * static_cast<float>((b + static_cast<std::int64_t>(j)) % 4096) + 1.0f) {
         bad.fetch_add(1);
         return;
       }
@@ -304,8 +319,7 @@ TEST_CASE("slot_pool on a device: every result is intact when its slot comes bac
         for (std::uint64_t b = static_cast<std::uint64_t>(lane); b < batches; b += 2) {
           auto* s = pool.acquire();
           check(*s);  // the event behind its last use has completed: D2H is done
-          for (std::size_t j = 0; j < k; ++j)
-            s->pinned_in[j] = static_cast<float>((b + j) % 4096);
+          for (std::size_t j = 0; j < k; ++j) s->pinned_in[j] = static_cast<float>((b + j) % 4096);
           copy_async(s->device_in, s->pinned_in, st);
           gpu::launch_affine(s->device_in.data(), s->device_out.data(), k, 3.0f, 1.0f, st.native());
           copy_async(s->pinned_out, s->device_out, st);

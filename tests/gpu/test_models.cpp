@@ -51,10 +51,14 @@ std::vector<T> download(const cu::device_buffer<T>& dev, std::size_t n, cu::stre
 // and a different accumulation order (cuBLAS's, tensor cores') can move them by.
 double tolerance(cm::precision p) {
   switch (p) {
-    case cm::precision::fp32: return 1e-4;
-    case cm::precision::tf32: return 1e-2;
-    case cm::precision::fp16: return 1e-2;
-    case cm::precision::bf16: return 4e-2;
+    case cm::precision::fp32:
+      return 1e-4;
+    case cm::precision::tf32:
+      return 1e-2;
+    case cm::precision::fp16:
+      return 1e-2;
+    case cm::precision::bf16:
+      return 4e-2;
   }
   return 0;
 }
@@ -109,7 +113,7 @@ TEST_CASE("models gpu: argmax and top-k match the reference, ties included") {
   CAPTURE(cols);
   std::vector<float> scores(rows * cols);
   for (float& x : scores) x = next_float();
-  for (std::size_t c = 0; c < cols; ++c) scores[c] = 1.0f;  // row 0: all tied
+  for (std::size_t c = 0; c < cols; ++c) scores[c] = 1.0f;   // row 0: all tied
   if (cols > 2) scores[cols + 2] = scores[cols + 1] = 9.0f;  // row 1: a tie for first
   auto d_scores = upload(scores, s);
 
@@ -128,19 +132,20 @@ TEST_CASE("models gpu: argmax and top-k match the reference, ties included") {
     CHECK(download(d_top, rows * k, s) == want_top);
   }
   cu::device_buffer<std::uint32_t> d_top{rows};
-  CHECK_THROWS_AS(cm::kernels::topk_rows_async(d_scores.span(), rows, cols, cols + 1, d_top.span(), s),
-                  conveyor::config_error);
+  CHECK_THROWS_AS(
+      cm::kernels::topk_rows_async(d_scores.span(), rows, cols, cols + 1, d_top.span(), s),
+      conveyor::config_error);
 }
 
 TEST_CASE("models gpu: the cuBLAS MLP matches the reference at each precision") {
-  const cm::precision p = GENERATE(cm::precision::fp32, cm::precision::tf32, cm::precision::fp16,
-                                   cm::precision::bf16);
+  const cm::precision p =
+      GENERATE(cm::precision::fp32, cm::precision::tf32, cm::precision::fp16, cm::precision::bf16);
   const bool graphs = GENERATE(false, true);
   CAPTURE(cm::to_string(p), graphs);
   const cm::mlp_shape shape{.input = 256, .hidden = 192, .layers = 4, .classes = 10};
   const std::size_t items = 100;
-  cm::mlp model{{.shape = shape, .prec = p, .seed = 3, .lanes = 2, .max_items = 128,
-                 .cuda_graphs = graphs}};
+  cm::mlp model{
+      {.shape = shape, .prec = p, .seed = 3, .lanes = 2, .max_items = 128, .cuda_graphs = graphs}};
   const cm::reference_mlp ref{cm::make_weights(shape, 3), p};
   cu::stream s;
 
@@ -209,8 +214,11 @@ TEST_CASE("models gpu: the MLP in a conveyor pipeline matches the reference") {
   using R = cu::runtime;
   const cm::mlp_shape shape{.input = 128, .hidden = 128, .layers = 3, .classes = 10};
   const std::size_t max_batch = 32, items = 3000;
-  cm::mlp model{{.shape = shape, .prec = cm::precision::fp32, .lanes = 2,
-                 .max_items = max_batch, .cuda_graphs = true}};
+  cm::mlp model{{.shape = shape,
+                 .prec = cm::precision::fp32,
+                 .lanes = 2,
+                 .max_items = max_batch,
+                 .cuda_graphs = true}};
   struct image {
     std::uint64_t id;
     std::vector<std::uint8_t> px;
@@ -219,7 +227,8 @@ TEST_CASE("models gpu: the MLP in a conveyor pipeline matches the reference") {
       {.lanes = 2, .in_elems = max_batch * shape.input, .out_elems = max_batch},
       [&](std::vector<image>& b, R::pinned_span<std::uint8_t> dst) {
         for (std::size_t i = 0; i < b.size(); ++i)
-          std::copy(b[i].px.begin(), b[i].px.end(), dst.begin() + static_cast<std::ptrdiff_t>(i * shape.input));
+          std::copy(b[i].px.begin(), b[i].px.end(),
+                    dst.begin() + static_cast<std::ptrdiff_t>(i * shape.input));
         return b.size() * shape.input;
       },
       [&](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {
@@ -247,7 +256,8 @@ TEST_CASE("models gpu: the MLP in a conveyor pipeline matches the reference") {
         return im;
       }) |
       conveyor::batch(max_batch).max_delay(std::chrono::microseconds(300)) | std::move(segment) |
-      conveyor::unbatch() | conveyor::sink([&](std::pair<std::uint64_t, std::uint32_t> r) { got.push_back(r); })};
+      conveyor::unbatch() |
+      conveyor::sink([&](std::pair<std::uint64_t, std::uint32_t> r) { got.push_back(r); })};
   const conveyor::report rep = p.run();
   REQUIRE(rep.completed == items);
   REQUIRE(got.size() == items);

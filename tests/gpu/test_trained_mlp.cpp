@@ -21,8 +21,8 @@ namespace cm = conveyor_models;
 namespace cu = conveyor::cuda;
 
 TEST_CASE("models gpu: the trained MLP from its file gives the CPU reference's labels") {
-  const cm::precision p = GENERATE(cm::precision::fp32, cm::precision::tf32, cm::precision::fp16,
-                                   cm::precision::bf16);
+  const cm::precision p =
+      GENERATE(cm::precision::fp32, cm::precision::tf32, cm::precision::fp16, cm::precision::bf16);
   CAPTURE(cm::to_string(p));
   const cm::trained_mlp trained = cm::load_mlp(cm::default_mlp_path());
   const std::size_t items = 512, n = trained.shape().input;
@@ -31,7 +31,8 @@ TEST_CASE("models gpu: the trained MLP from its file gives the CPU reference's l
   const bool real = std::filesystem::exists(
       cm::fashion_mnist_path(cm::fashion_mnist_default_dir, cm::split::test, false), ec);
   if (real) {
-    const cm::image_set test = cm::load_fashion_mnist(cm::fashion_mnist_default_dir, cm::split::test);
+    const cm::image_set test =
+        cm::load_fashion_mnist(cm::fashion_mnist_default_dir, cm::split::test);
     std::copy_n(test.pixels.begin(), px.size(), px.begin());
   } else {
     for (std::size_t i = 0; i < items; ++i) cm::make_pixels(i, std::span(px).subspan(i * n, n));
@@ -61,8 +62,11 @@ TEST_CASE("models gpu: the trained MLP from its file gives the CPU reference's l
   for (float v : logits) scale = std::max(scale, static_cast<double>(std::abs(v)));
   // What each precision's rounding and another accumulation order move a logit by (as
   // test_models.cpp), twice: a near-tie may fall either way.
-  const double tol =
-      2 * (p == cm::precision::fp32 ? 1e-4 : p == cm::precision::bf16 ? 4e-2 : 1e-2) * scale;
+  const double tol = 2 *
+                     (p == cm::precision::fp32   ? 1e-4
+                      : p == cm::precision::bf16 ? 4e-2
+                                                 : 1e-2) *
+                     scale;
   for (std::size_t i = 0; i < items; ++i) {
     const float* row = logits.data() + i * 10;
     const float best = *std::max_element(row, row + 10);

@@ -101,11 +101,13 @@ TEST_CASE("fashion_mnist: a written set reads back, pixel for pixel") {
 
 TEST_CASE("fashion_mnist: a missing file says which, and how to get the data") {
   const temp_dir d;
-  const std::string e = error_of([&] { cm::load_fashion_mnist(d.path.string(), cm::split::train); });
+  const std::string e =
+      error_of([&] { cm::load_fashion_mnist(d.path.string(), cm::split::train); });
   CHECK_THAT(e, Catch::Contains("train-images-idx3-ubyte.gz: no such file"));
   CHECK_THAT(e, Catch::Contains("dataset-fashion-mnist"));
   CHECK_THAT(e, Catch::Contains("--data DIR"));
-  CHECK_THAT(error_of([&] { cm::read_idx_labels(d / "nothing.gz"); }), Catch::Contains("no such file"));
+  CHECK_THAT(error_of([&] { cm::read_idx_labels(d / "nothing.gz"); }),
+             Catch::Contains("no such file"));
 }
 
 TEST_CASE("fashion_mnist: malformed IDX files each get their own error") {
@@ -135,7 +137,8 @@ TEST_CASE("fashion_mnist: malformed IDX files each get their own error") {
   }
   SECTION("a label out of range") {
     cm::write_gzip_file(p, cat({be32(0x00000801), be32(3), {1, 10, 2}}));
-    CHECK_THAT(error_of([&] { cm::read_idx_labels(p); }), Catch::Contains("label 1 is 10, not below 10"));
+    CHECK_THAT(error_of([&] { cm::read_idx_labels(p); }),
+               Catch::Contains("label 1 is 10, not below 10"));
   }
   SECTION("a gzip stream cut short") {
     cm::write_idx_images_gz(p, 1000, 28, 28, std::vector<std::uint8_t>(1000 * 784, 3));
@@ -145,8 +148,9 @@ TEST_CASE("fashion_mnist: malformed IDX files each get their own error") {
   }
   SECTION("a plain (uncompressed) IDX file is read as it is") {
     const auto bytes = cat({be32(0x00000803), be32(2), be32(2), be32(1), {4, 5, 6, 7}});
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                             static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
     const cm::image_set s = cm::read_idx_images(p);
     CHECK(s.count == 2);
     CHECK(s.pixels == std::vector<std::uint8_t>{4, 5, 6, 7});
@@ -163,8 +167,8 @@ TEST_CASE("fashion_mnist: images and labels of different counts, or images not 2
                Catch::Contains("4 labels for the 5 images"));
   }
   SECTION("another image size") {
-    cm::write_idx_images_gz(cm::fashion_mnist_path(d.path.string(), cm::split::train, false), 5, 32, 32,
-                            std::vector<std::uint8_t>(5 * 32 * 32));
+    cm::write_idx_images_gz(cm::fashion_mnist_path(d.path.string(), cm::split::train, false), 5, 32,
+                            32, std::vector<std::uint8_t>(5 * 32 * 32));
     CHECK_THAT(error_of([&] { cm::load_fashion_mnist(d.path.string(), cm::split::train); }),
                Catch::Contains("images of 32 x 32 pixels"));
   }
@@ -191,9 +195,12 @@ TEST_CASE("mlp_file: weights and normalization round-trip, bit for bit") {
 }
 
 TEST_CASE("mlp_file: bad magic, version, shape, length and checksum are each named") {
-  const cm::mlp_weights w = cm::make_weights({.input = 4, .hidden = 3, .layers = 2, .classes = 2}, 1);
+  const cm::mlp_weights w =
+      cm::make_weights({.input = 4, .hidden = 3, .layers = 2, .classes = 2}, 1);
   const std::vector<std::uint8_t> good = cm::encode_mlp(w, {});
-  auto err = [](std::vector<std::uint8_t> b) { return error_of([&] { cm::decode_mlp(b, "w.bin"); }); };
+  auto err = [](std::vector<std::uint8_t> b) {
+    return error_of([&] { cm::decode_mlp(b, "w.bin"); });
+  };
   CHECK_NOTHROW(cm::decode_mlp(good, "w.bin"));
   auto bad = good;
   bad[0] = 'X';
@@ -228,7 +235,8 @@ TEST_CASE("mlp_file: weights of another shape than the options' are refused") {
   CHECK_THROWS_AS(cm::cpu_mlp{o}, conveyor::config_error);
 }
 
-TEST_CASE("mlp_file: the shipped weights (data/fashion_mlp.bin) load and have the example's shape") {
+TEST_CASE(
+    "mlp_file: the shipped weights (data/fashion_mlp.bin) load and have the example's shape") {
   const cm::trained_mlp t = cm::load_mlp(cm::default_mlp_path());
   CHECK(t.shape().input == 784);
   CHECK(t.shape().classes == 10);

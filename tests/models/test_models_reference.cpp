@@ -48,16 +48,17 @@ TEST_CASE("models reference: normalize maps 0 / 255 / mean to -mean/std / (1-mea
   cm::normalize_ref(px, out, {.mean = 0.5f, .stddev = 0.25f});
   CHECK(out[0] == Approx(-2.0f).margin(1e-6));
   CHECK(out[1] == Approx(2.0f).margin(1e-6));
-  CHECK(out[2] == Approx(-1.2f).margin(1e-6));              // 51 / 255 = 0.2
+  CHECK(out[2] == Approx(-1.2f).margin(1e-6));  // 51 / 255 = 0.2
   CHECK(out[3] == Approx((128.0f / 255.0f - 0.5f) * 4.0f).margin(1e-6));
   std::vector<float> small(2);
   CHECK_THROWS_AS(cm::normalize_ref(px, small, {}), conveyor::config_error);
-  CHECK_THROWS_AS(cm::normalize_ref(px, out, {.mean = 0.0f, .stddev = 0.0f}), conveyor::config_error);
+  CHECK_THROWS_AS(cm::normalize_ref(px, out, {.mean = 0.0f, .stddev = 0.0f}),
+                  conveyor::config_error);
 }
 
 TEST_CASE("models reference: argmax per row, ties to the lowest index") {
   const float inf = std::numeric_limits<float>::infinity();
-  const std::vector<float> s{1, 3, 2,   5, 5, 1,   -1, -2, -0.5f,   -inf, -inf, -inf};
+  const std::vector<float> s{1, 3, 2, 5, 5, 1, -1, -2, -0.5f, -inf, -inf, -inf};
   std::vector<std::uint32_t> out(4);
   cm::argmax_rows_ref(s, 4, 3, out);
   CHECK(out == std::vector<std::uint32_t>{1, 0, 2, 0});
@@ -65,7 +66,7 @@ TEST_CASE("models reference: argmax per row, ties to the lowest index") {
 }
 
 TEST_CASE("models reference: top-k per row, by score then by index") {
-  const std::vector<float> s{0.1f, 0.9f, 0.5f, 0.9f,   4, 3, 2, 1};
+  const std::vector<float> s{0.1f, 0.9f, 0.5f, 0.9f, 4, 3, 2, 1};
   std::vector<std::uint32_t> out(6);
   cm::topk_rows_ref(s, 2, 4, 3, out);
   CHECK(out == std::vector<std::uint32_t>{1, 3, 2, 0, 1, 2});
@@ -80,27 +81,28 @@ TEST_CASE("models reference: fp16 / bf16 / tf32 rounding, to nearest even") {
   const float ulp11 = std::ldexp(1.0f, -11), ulp9 = std::ldexp(1.0f, -9);
   CHECK(cm::to_fp16_bits(1.0f) == 0x3c00);
   CHECK(cm::to_fp16_bits(-2.0f) == 0xc000);
-  CHECK(cm::to_fp16_bits(65504.0f) == 0x7bff);                      // largest half
+  CHECK(cm::to_fp16_bits(65504.0f) == 0x7bff);  // largest half
   CHECK(cm::to_fp16_bits(65519.0f) == 0x7bff);
-  CHECK(cm::to_fp16_bits(65520.0f) == 0x7c00);                      // tie to even: inf
-  CHECK(cm::to_fp16_bits(1.0f + ulp11) == 0x3c00);                  // tie: down to even
-  CHECK(cm::to_fp16_bits(1.0f + 3 * ulp11) == 0x3c02);              // tie: up to even
-  CHECK(cm::to_fp16_bits(std::ldexp(1.0f, -24)) == 0x0001);         // smallest subnormal
-  CHECK(cm::to_fp16_bits(std::ldexp(1.0f, -25)) == 0x0000);         // tie: to zero (even)
-  CHECK(cm::to_fp16_bits(std::ldexp(3.0f, -25)) == 0x0002);         // 1.5 units: to 2
-  CHECK(cm::to_fp16_bits(std::ldexp(1.0f, -14)) == 0x0400);         // smallest normal
+  CHECK(cm::to_fp16_bits(65520.0f) == 0x7c00);               // tie to even: inf
+  CHECK(cm::to_fp16_bits(1.0f + ulp11) == 0x3c00);           // tie: down to even
+  CHECK(cm::to_fp16_bits(1.0f + 3 * ulp11) == 0x3c02);       // tie: up to even
+  CHECK(cm::to_fp16_bits(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
+  CHECK(cm::to_fp16_bits(std::ldexp(1.0f, -25)) == 0x0000);  // tie: to zero (even)
+  CHECK(cm::to_fp16_bits(std::ldexp(3.0f, -25)) == 0x0002);  // 1.5 units: to 2
+  CHECK(cm::to_fp16_bits(std::ldexp(1.0f, -14)) == 0x0400);  // smallest normal
   CHECK(cm::from_fp16_bits(0x3555) == Approx(0.33325195f).epsilon(1e-7));
   // Every finite or infinite half survives the round trip through float.
   for (std::uint32_t h = 0; h < 0x10000; ++h) {
     if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0) continue;  // NaN payloads
     const auto bits = static_cast<std::uint16_t>(h);
-    if (cm::to_fp16_bits(cm::from_fp16_bits(bits)) != bits) FAIL("half " << h << " does not round-trip");
+    if (cm::to_fp16_bits(cm::from_fp16_bits(bits)) != bits)
+      FAIL("half " << h << " does not round-trip");
   }
   CHECK(std::isnan(cm::from_fp16_bits(cm::to_fp16_bits(std::numeric_limits<float>::quiet_NaN()))));
 
   CHECK(cm::to_bf16_bits(1.0f) == 0x3f80);
-  CHECK(cm::to_bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);      // tie: down to even
-  CHECK(cm::to_bf16_bits(1.0f + std::ldexp(3.0f, -8)) == 0x3f82);      // tie: up to even
+  CHECK(cm::to_bf16_bits(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);  // tie: down to even
+  CHECK(cm::to_bf16_bits(1.0f + std::ldexp(3.0f, -8)) == 0x3f82);  // tie: up to even
   CHECK(cm::from_bf16_bits(0xc040) == -3.0f);
   CHECK(std::isnan(cm::from_bf16_bits(cm::to_bf16_bits(std::numeric_limits<float>::quiet_NaN()))));
 
@@ -131,9 +133,12 @@ TEST_CASE("models reference: each precision rounds the layer input to its storag
   const std::vector<float> x{a, b};
   using P = cm::precision;
   CHECK(cm::reference_mlp{identity_weights(), P::fp32}.forward(x, 2) == std::vector<float>{a, b});
-  CHECK(cm::reference_mlp{identity_weights(), P::tf32}.forward(x, 2) == std::vector<float>{1.0f, b});
-  CHECK(cm::reference_mlp{identity_weights(), P::fp16}.forward(x, 2) == std::vector<float>{1.0f, b});
-  CHECK(cm::reference_mlp{identity_weights(), P::bf16}.forward(x, 2) == std::vector<float>{1.0f, 1.0f});
+  CHECK(cm::reference_mlp{identity_weights(), P::tf32}.forward(x, 2) ==
+        std::vector<float>{1.0f, b});
+  CHECK(cm::reference_mlp{identity_weights(), P::fp16}.forward(x, 2) ==
+        std::vector<float>{1.0f, b});
+  CHECK(cm::reference_mlp{identity_weights(), P::bf16}.forward(x, 2) ==
+        std::vector<float>{1.0f, 1.0f});
 }
 
 TEST_CASE("models reference: classify is normalize, then forward, then argmax") {
@@ -163,7 +168,8 @@ TEST_CASE("models reference: classify is normalize, then forward, then argmax") 
 
 TEST_CASE("models reference: weights are deterministic, bounded and shape-checked") {
   const cm::mlp_shape shape{.input = 30, .hidden = 16, .layers = 3, .classes = 4};
-  const auto a = cm::make_weights(shape, 1), b = cm::make_weights(shape, 1), c = cm::make_weights(shape, 2);
+  const auto a = cm::make_weights(shape, 1), b = cm::make_weights(shape, 1),
+             c = cm::make_weights(shape, 2);
   REQUIRE(a.w.size() == 3);
   CHECK(a.w[0].size() == 30 * 16);
   CHECK(a.w[1].size() == 16 * 16);
@@ -181,8 +187,8 @@ TEST_CASE("models reference: weights are deterministic, bounded and shape-checke
 
 TEST_CASE("models reference: cpu_mlp checks lane and batch size on the calling thread") {
   using R = conveyor::host::runtime;
-  cm::cpu_mlp model{{.shape = {.input = 4, .hidden = 4, .layers = 2, .classes = 2}, .lanes = 1,
-                     .max_items = 2}};
+  cm::cpu_mlp model{
+      {.shape = {.input = 4, .hidden = 4, .layers = 2, .classes = 2}, .lanes = 1, .max_items = 2}};
   R::stream s;
   R::device_buffer<std::uint8_t> px{12};
   R::device_buffer<std::uint32_t> labels{3};
@@ -196,11 +202,13 @@ TEST_CASE("models reference: cpu_mlp checks lane and batch size on the calling t
 // bit for bit, and arrive in order.
 TEST_CASE("models reference: cpu_mlp in a conveyor pipeline matches the reference bit for bit") {
   using R = conveyor::host::runtime;
-  const cm::precision prec = GENERATE(cm::precision::fp32, cm::precision::fp16, cm::precision::bf16);
+  const cm::precision prec =
+      GENERATE(cm::precision::fp32, cm::precision::fp16, cm::precision::bf16);
   CAPTURE(cm::to_string(prec));
   const cm::mlp_shape shape{.input = 48, .hidden = 32, .layers = 3, .classes = 7};
   constexpr std::size_t max_batch = 16, items = 600, lanes = 2;
-  cm::cpu_mlp model{{.shape = shape, .prec = prec, .seed = 5, .lanes = lanes, .max_items = max_batch}};
+  cm::cpu_mlp model{
+      {.shape = shape, .prec = prec, .seed = 5, .lanes = lanes, .max_items = max_batch}};
 
   struct result {
     std::uint64_t id;
@@ -213,11 +221,15 @@ TEST_CASE("models reference: cpu_mlp in a conveyor pipeline matches the referenc
   };
   const std::size_t out_per_item = 1 + shape.classes;  // label bits, then the logits
   auto segment = conveyor::gpu<R, std::uint8_t, float>(
-      {.lanes = lanes, .slots_per_lane = 2, .in_elems = max_batch * shape.input,
-       .out_elems = max_batch * (out_per_item + shape.input), .name = "mlp"},  // + x below
+      {.lanes = lanes,
+       .slots_per_lane = 2,
+       .in_elems = max_batch * shape.input,
+       .out_elems = max_batch * (out_per_item + shape.input),
+       .name = "mlp"},  // + x below
       [&](std::vector<image>& b, R::pinned_span<std::uint8_t> dst) {
         for (std::size_t i = 0; i < b.size(); ++i)
-          std::copy(b[i].px.begin(), b[i].px.end(), dst.begin() + static_cast<std::ptrdiff_t>(i * shape.input));
+          std::copy(b[i].px.begin(), b[i].px.end(),
+                    dst.begin() + static_cast<std::ptrdiff_t>(i * shape.input));
         return b.size() * shape.input;
       },
       [&](conveyor::lane_batch<R, std::uint8_t, float>& l) {
@@ -241,9 +253,11 @@ TEST_CASE("models reference: cpu_mlp in a conveyor pipeline matches the referenc
         for (std::size_t i = 0; i < n; ++i) {
           std::uint32_t label = 0;
           std::memcpy(&label, &out[i], sizeof label);
-          r.push_back({b[i].id, label,
-                       std::vector<float>(out.begin() + static_cast<std::ptrdiff_t>(n + i * shape.classes),
-                                          out.begin() + static_cast<std::ptrdiff_t>(n + (i + 1) * shape.classes))});
+          r.push_back(
+              {b[i].id, label,
+               std::vector<float>(
+                   out.begin() + static_cast<std::ptrdiff_t>(n + i * shape.classes),
+                   out.begin() + static_cast<std::ptrdiff_t>(n + (i + 1) * shape.classes))});
         }
         return r;
       });

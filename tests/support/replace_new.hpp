@@ -40,8 +40,12 @@ inline void* counted_alloc(std::size_t n, std::size_t align) {
 }
 }  // namespace conveyor::test
 
-void* operator new(std::size_t n) { return conveyor::test::counted_alloc(n, alignof(std::max_align_t)); }
-void* operator new[](std::size_t n) { return conveyor::test::counted_alloc(n, alignof(std::max_align_t)); }
+void* operator new(std::size_t n) {
+  return conveyor::test::counted_alloc(n, alignof(std::max_align_t));
+}
+void* operator new[](std::size_t n) {
+  return conveyor::test::counted_alloc(n, alignof(std::max_align_t));
+}
 void* operator new(std::size_t n, std::align_val_t a) {
   return conveyor::test::counted_alloc(n, static_cast<std::size_t>(a));
 }

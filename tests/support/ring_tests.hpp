@@ -11,14 +11,14 @@
 #include <memory>
 #include <optional>
 #include <random>
-#include <string>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "conveyor/base/error.hpp"
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "test_support.hpp"
 
@@ -31,17 +31,21 @@ void check_noexcept_follows_element() {
   static_assert(noexcept(std::declval<Ring<int>&>().push(1)));
   static_assert(noexcept(std::declval<Ring<int>&>().pop()));
   static_assert(noexcept(std::declval<Ring<int>&>().close()));
-  static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().try_push(
-      std::declval<throwing_move_only&&>())));
+  static_assert(!noexcept(
+      std::declval<Ring<throwing_move_only>&>().try_push(std::declval<throwing_move_only&&>())));
   static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().try_pop()));
   static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().pop()));
 }
 
 template <template <class> class Ring>
 void check_capacity_errors() {
-  const auto [bad, suggestion] = GENERATE(table<std::size_t, std::string>({
-      {0, "pass 2"}, {1, "pass 2"}, {3, "pass 4"}, {1000, "pass 1024"},
-      {(std::size_t{1} << 30) + 1, "pass 1073741824"}, {~std::size_t{0}, "pass 1073741824"}}));
+  const auto [bad, suggestion] =
+      GENERATE(table<std::size_t, std::string>({{0, "pass 2"},
+                                                {1, "pass 2"},
+                                                {3, "pass 4"},
+                                                {1000, "pass 1024"},
+                                                {(std::size_t{1} << 30) + 1, "pass 1073741824"},
+                                                {~std::size_t{0}, "pass 1073741824"}}));
   CAPTURE(bad);
   try {
     Ring<int> r{bad};

@@ -41,8 +41,12 @@ struct counted {
   std::uint64_t value = 0;
 
   counted() noexcept { live.fetch_add(1, std::memory_order_relaxed); }
-  explicit counted(std::uint64_t v) noexcept : value(v) { live.fetch_add(1, std::memory_order_relaxed); }
-  counted(const counted& o) noexcept : value(o.value) { live.fetch_add(1, std::memory_order_relaxed); }
+  explicit counted(std::uint64_t v) noexcept : value(v) {
+    live.fetch_add(1, std::memory_order_relaxed);
+  }
+  counted(const counted& o) noexcept : value(o.value) {
+    live.fetch_add(1, std::memory_order_relaxed);
+  }
   counted(counted&& o) noexcept : value(o.value) { live.fetch_add(1, std::memory_order_relaxed); }
   counted& operator=(const counted&) noexcept = default;
   counted& operator=(counted&&) noexcept = default;

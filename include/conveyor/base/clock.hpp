@@ -42,7 +42,9 @@ inline std::int64_t now_ns() noexcept {
 struct interval {
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
-  constexpr std::int64_t length_ns() const noexcept { return end_ns > start_ns ? end_ns - start_ns : 0; }
+  constexpr std::int64_t length_ns() const noexcept {
+    return end_ns > start_ns ? end_ns - start_ns : 0;
+  }
 };
 
 inline constexpr double ns_to_s(std::int64_t ns) noexcept { return static_cast<double>(ns) * 1e-9; }

@@ -79,8 +79,7 @@ class stage_error : public error, public std::nested_exception {
   // exception currently being handled.
   stage_error(std::string stage, std::uint64_t item, const std::string& what)
       : error("stage '" + stage + "' failed" +
-              (item == no_item ? std::string{} : " on item " + std::to_string(item)) + ": " +
-              what),
+              (item == no_item ? std::string{} : " on item " + std::to_string(item)) + ": " + what),
         stage_(std::move(stage)),
         item_(item) {}
 

@@ -47,7 +47,8 @@ class latency_histogram {
   // Values below this get a bucket each.
   static constexpr std::uint64_t exact_limit = 2 * sub_buckets;  // 128
   // Largest recordable value; larger ones are clamped to it.
-  static constexpr std::uint64_t max_value = std::uint64_t{std::numeric_limits<std::int64_t>::max()};
+  static constexpr std::uint64_t max_value =
+      std::uint64_t{std::numeric_limits<std::int64_t>::max()};
   static constexpr std::size_t bucket_count =
       exact_limit + (std::bit_width(max_value) - 1 - sub_bucket_bits) * sub_buckets;  // 3712
   // Bound on |reported - exact| / exact for percentiles (see the header comment).

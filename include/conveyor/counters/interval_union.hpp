@@ -48,8 +48,8 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/base/config.hpp"
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor::metrics {
 
@@ -142,10 +142,10 @@ class interval_union {
   }
 
   std::size_t window_;
-  std::vector<interval> heap_;  // min-heap on start_ns, at most window_ (+1 transiently)
+  std::vector<interval> heap_;             // min-heap on start_ns, at most window_ (+1 transiently)
   mutable std::vector<interval> scratch_;  // total_ns()'s sorted copy of heap_
-  std::int64_t closed_ = 0;     // total length of runs that ended
-  interval run_{};              // the run being extended
+  std::int64_t closed_ = 0;                // total length of runs that ended
+  interval run_{};                         // the run being extended
   bool has_run_ = false;
   std::uint64_t count_ = 0;
   std::uint64_t late_ = 0;

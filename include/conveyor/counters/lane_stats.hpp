@@ -26,8 +26,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "conveyor/base/config.hpp"
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/counters/interval_union.hpp"
 
 namespace conveyor::metrics {

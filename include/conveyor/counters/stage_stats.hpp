@@ -33,8 +33,8 @@
 #include <memory>
 #include <string_view>
 
-#include "conveyor/base/config.hpp"
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor::metrics {
 
@@ -43,12 +43,18 @@ enum class stage_kind { source, map, batch, unbatch, gpu, sink };
 
 inline std::string_view to_string(stage_kind k) noexcept {
   switch (k) {
-    case stage_kind::source: return "source";
-    case stage_kind::map: return "map";
-    case stage_kind::batch: return "batch";
-    case stage_kind::unbatch: return "unbatch";
-    case stage_kind::gpu: return "gpu";
-    case stage_kind::sink: return "sink";
+    case stage_kind::source:
+      return "source";
+    case stage_kind::map:
+      return "map";
+    case stage_kind::batch:
+      return "batch";
+    case stage_kind::unbatch:
+      return "unbatch";
+    case stage_kind::gpu:
+      return "gpu";
+    case stage_kind::sink:
+      return "sink";
   }
   return "?";
 }
@@ -92,7 +98,9 @@ class alignas(cache_line_size) worker_stats {
 
   // Any thread.
   std::uint64_t items() const noexcept { return items_.load(std::memory_order_relaxed); }
-  std::uint64_t spin_rounds() const noexcept { return spin_rounds_.load(std::memory_order_relaxed); }
+  std::uint64_t spin_rounds() const noexcept {
+    return spin_rounds_.load(std::memory_order_relaxed);
+  }
   stage_counters snapshot() const noexcept {
     // relaxed: every counter is an independent statistic; nothing else is published
     // through it. Each load returns a value the writer stored (atomics never tear).

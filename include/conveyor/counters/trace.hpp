@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "conveyor/base/config.hpp"
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/config.hpp"
 
 namespace conveyor::metrics {
 
@@ -165,8 +165,8 @@ class trace_buffer {
   // Setup only (allocates): a new track, exported as its own thread, in this order.
   // The reference stays valid for the buffer's lifetime.
   trace_track& add_track(std::string name) {
-    tracks_.push_back(std::unique_ptr<trace_track>(
-        new trace_track(std::move(name), events_per_track_)));
+    tracks_.push_back(
+        std::unique_ptr<trace_track>(new trace_track(std::move(name), events_per_track_)));
     return *tracks_.back();
   }
 

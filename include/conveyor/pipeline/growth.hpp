@@ -34,8 +34,8 @@ class growable_ring {
  public:
   virtual ~growable_ring() = default;
   virtual std::size_t reserve() const noexcept = 0;  // the deeper ring's capacity
-  virtual void grow(bool deeper) noexcept = 0;        // see ring_link::grow()
-  virtual std::size_t deepest() const noexcept = 0;   // the deepest it ran
+  virtual void grow(bool deeper) noexcept = 0;       // see ring_link::grow()
+  virtual std::size_t deepest() const noexcept = 0;  // the deepest it ran
 };
 
 // A stage link as a growable_ring (it must can_grow()).

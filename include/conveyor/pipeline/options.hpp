@@ -32,9 +32,12 @@ enum class thread_placement {
 
 constexpr std::string_view to_string(thread_placement p) noexcept {
   switch (p) {
-    case thread_placement::os: return "os";
-    case thread_placement::by_load: return "by_load";
-    default: return "automatic";
+    case thread_placement::os:
+      return "os";
+    case thread_placement::by_load:
+      return "by_load";
+    default:
+      return "automatic";
   }
 }
 

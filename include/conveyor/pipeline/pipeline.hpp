@@ -267,12 +267,16 @@ class pipeline<chain<Bound...>> {
   static auto make_stage_node(stages_t& s, detail::control& ctl, rings_t& rings,
                               detail::latency_recorder* lat) {
     auto in = [&] {
-      if constexpr (I == 0) return static_cast<void*>(nullptr);
-      else return std::get<I - 1>(rings).get();
+      if constexpr (I == 0)
+        return static_cast<void*>(nullptr);
+      else
+        return std::get<I - 1>(rings).get();
     }();
     auto out = [&] {
-      if constexpr (I < n_rings) return std::get<I>(rings).get();
-      else return static_cast<void*>(nullptr);
+      if constexpr (I < n_rings)
+        return std::get<I>(rings).get();
+      else
+        return static_cast<void*>(nullptr);
     }();
     if constexpr (detail::is_input<stage_t<I>>::value) {
       return std::unique_ptr<int>{};  // the input ring is the whole stage
@@ -372,8 +376,9 @@ class pipeline<chain<Bound...>> {
             auto* r = std::get<I>(rings).get();
             core.ctl().on_stop([r] { r->close(); });
             if (I >= first_ring_stage && r->can_grow())
-              core.add_growable(I - first_ring_stage,
-                                std::make_unique<detail::growable_link<detail::envelope<out_t<I>>>>(*r));
+              core.add_growable(
+                  I - first_ring_stage,
+                  std::make_unique<detail::growable_link<detail::envelope<out_t<I>>>>(*r));
           }(),
           ...);
     }

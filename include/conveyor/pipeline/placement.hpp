@@ -84,7 +84,7 @@ struct thread_spot {
 // consecutive threads, run r on CPU r, so that the heaviest run is as light as it can be.
 // A run of neighbours hands most items over within one core. Returns the CPU index of each.
 std::vector<std::size_t> plan_runs(const std::vector<double>& loads,
-                                          const std::vector<thread_spot>& spots, std::size_t cpus);
+                                   const std::vector<thread_spot>& spots, std::size_t cpus);
 
 // How many times an item crosses from one CPU to another under a plan, on average: for
 // each pair of neighbouring stages, the share of their thread pairs that the plan puts on
@@ -100,15 +100,14 @@ inline constexpr double cross_hop_ns = 20.0;
 
 // A plan's cost per item: its busiest CPU's load plus the hops between CPUs.
 double plan_cost(const std::vector<double>& loads, const std::vector<thread_spot>& spots,
-                        const std::vector<std::size_t>& plan, std::size_t cpus);
+                 const std::vector<std::size_t>& plan, std::size_t cpus);
 
 // The plan placement by load applies: LPT (the lightest busiest CPU) or runs of
 // neighbours (the fewest hops between CPUs), whichever costs less per item; ties go to
 // the runs. Stages of microseconds per item get LPT's balance, stages of nanoseconds
 // the runs' short hops.
 std::vector<std::size_t> plan_threads(const std::vector<double>& loads,
-                                             const std::vector<thread_spot>& spots,
-                                             std::size_t cpus);
+                                      const std::vector<thread_spot>& spots, std::size_t cpus);
 
 // A worker's load over a window: CPU time spent per item its stage moved. A window in
 // which the stage moved nothing counts as one item (a stage busy with its first, or one

@@ -58,11 +58,11 @@ struct stage_report {
   std::string name;
   stage_kind kind = stage_kind::map;
   std::size_t workers = 1;
-  std::uint64_t items = 0;  // items (a batch counts its items) that left the stage
-  double busy_s = 0.0;      // summed over workers
-  double starved_s = 0.0;   // waiting on the input ring
-  double blocked_s = 0.0;   // waiting for room downstream (or for a free slot)
-  double occupancy_mean = 0.0;    // input ring, sampled ~every 50 us (worker_probe)
+  std::uint64_t items = 0;      // items (a batch counts its items) that left the stage
+  double busy_s = 0.0;          // summed over workers
+  double starved_s = 0.0;       // waiting on the input ring
+  double blocked_s = 0.0;       // waiting for room downstream (or for a free slot)
+  double occupancy_mean = 0.0;  // input ring, sampled ~every 50 us (worker_probe)
   std::size_t occupancy_max = 0;
   std::size_t ring_capacity = 0;  // of the input ring; 0: none (a source)
 };
@@ -78,8 +78,12 @@ struct lane_report {
   std::uint64_t d2h_bytes = 0;
 
   // Achieved bandwidth over the time spent in that phase, bytes/s; 0 with no time.
-  double h2d_bandwidth() const noexcept { return h2d_s > 0 ? static_cast<double>(h2d_bytes) / h2d_s : 0.0; }
-  double d2h_bandwidth() const noexcept { return d2h_s > 0 ? static_cast<double>(d2h_bytes) / d2h_s : 0.0; }
+  double h2d_bandwidth() const noexcept {
+    return h2d_s > 0 ? static_cast<double>(h2d_bytes) / h2d_s : 0.0;
+  }
+  double d2h_bandwidth() const noexcept {
+    return d2h_s > 0 ? static_cast<double>(d2h_bytes) / d2h_s : 0.0;
+  }
   double busy_s() const noexcept { return h2d_s + compute_s + d2h_s; }
 };
 
@@ -124,15 +128,15 @@ struct report {
   std::uint64_t completed = 0;
   std::uint64_t failed = 0;
   std::uint64_t cancelled = 0;
-  double throughput = 0.0;            // completed items per second of wall time
-  std::vector<stage_report> stages;   // in pipeline order
+  double throughput = 0.0;           // completed items per second of wall time
+  std::vector<stage_report> stages;  // in pipeline order
   std::vector<lane_report> lanes;
-  double gpu_busy_fraction = 0.0;     // union of the lanes' compute intervals / wall
+  double gpu_busy_fraction = 0.0;  // union of the lanes' compute intervals / wall
   std::optional<batch_report> batching;
-  latency_report item_latency;        // submit (source) -> result (sink)
+  latency_report item_latency;  // submit (source) -> result (sink)
   latency_report batch_latency;
   conveyor::metrics::verdict verdict;
-  std::string runtime;                // "host" or "cuda"
+  std::string runtime;  // "host" or "cuda"
   // The CPUs the process may run on, and the CPU time all its threads (the pipeline's
   // and any others) used over wall_s; 0 when not measured.
   std::size_t cpus = 0;

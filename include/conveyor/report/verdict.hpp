@@ -93,7 +93,6 @@ struct verdict_thresholds {
   double cores_busy = 0.9;
 };
 
-
 // How busy the device was: lanes' stream time and the compute union, whichever is higher.
 double device_busy_fraction(const report& r) noexcept;
 

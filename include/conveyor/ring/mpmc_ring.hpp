@@ -112,17 +112,19 @@ class mpmc_ring {
       // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
       if (emplace(std::move(v))) return true;
       if (closed()) return false;
-      not_full_.wait([this] {
-        const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
-        if ((pos & closed_bit) != 0) return true;
-        // acquire: pairs with the release store of seq in free_slot(). Room at pos
-        // (dif == 0), or pos is already stale (dif > 0: another producer has claimed it
-        // since): either way emplace() may succeed now. Only dif < 0 — the slot at the
-        // current enqueue position still holds the previous lap's element — is full,
-        // and then the consumer that frees it notifies after this read (see pop()).
-        const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
-        return static_cast<std::intptr_t>(seq - pos) >= 0;
-      }, timing);
+      not_full_.wait(
+          [this] {
+            const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+            if ((pos & closed_bit) != 0) return true;
+            // acquire: pairs with the release store of seq in free_slot(). Room at pos
+            // (dif == 0), or pos is already stale (dif > 0: another producer has claimed it
+            // since): either way emplace() may succeed now. Only dif < 0 — the slot at the
+            // current enqueue position still holds the previous lap's element — is full,
+            // and then the consumer that frees it notifies after this read (see pop()).
+            const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
+            return static_cast<std::intptr_t>(seq - pos) >= 0;
+          },
+          timing);
     }
   }
 
@@ -135,7 +137,8 @@ class mpmc_ring {
   // As try_pop(); also stores the element's position: how many positions were claimed
   // by pushes before it (the elements pushed before it, unless a push threw: see above).
   // Parallel consumers use it to restore the input order.
-  std::optional<T> try_pop(std::size_t* position) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  std::optional<T> try_pop(std::size_t* position) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
       std::size_t pos = 0;
       slot* s = claim(pos);
@@ -289,7 +292,8 @@ class mpmc_ring {
   // Moves the element at claimed position pos straight into the value returned (a
   // prvalue: no further move), then destroys it and frees the slot, also when the move
   // throws (the element is then lost; see the exception guarantees).
-  std::optional<T> take(slot& s, std::size_t pos) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  std::optional<T> take(slot& s,
+                        std::size_t pos) noexcept(std::is_nothrow_move_constructible_v<T>) {
     struct release_slot {
       mpmc_ring& ring;
       slot& s;

@@ -121,8 +121,7 @@ class spsc_ring {
   // ---- consumer ---------------------------------------------------------------------
 
   // The next element, or nullopt when there is none now.
-  CONVEYOR_HOT_INLINE std::optional<T> try_pop() noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
     return try_pop(nullptr);
   }
   // As try_pop(); also stores the element's position: how many elements were pushed
@@ -177,9 +176,9 @@ class spsc_ring {
   // again.
   // @note blocks the calling (consumer) thread.
   template <class GiveUp>
-  std::optional<T> pop_unless(GiveUp&& give_up, std::size_t* position = nullptr,
-                              wait_timing* timing = nullptr) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  std::optional<T> pop_unless(
+      GiveUp&& give_up, std::size_t* position = nullptr,
+      wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
     for (;;) {
       if (takable(head)) break;
@@ -365,7 +364,8 @@ class spsc_ring {
   struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {
     using detail::wait_point::wait_point;
   };
-  static_assert(sizeof(producer_side) == cache_line_size && sizeof(consumer_side) == cache_line_size,
+  static_assert(sizeof(producer_side) == cache_line_size &&
+                    sizeof(consumer_side) == cache_line_size,
                 "spsc_ring: each side's index and cache must own exactly one cache line");
 
   // Read-only after construction, but for the closed flag, written once: both sides read
@@ -377,7 +377,7 @@ class spsc_ring {
   producer_side producer_;
   consumer_side consumer_;
   aligned_wait_point not_empty_{producer_.consumer_sleeps};  // consumer sleeps; producer notifies
-  aligned_wait_point not_full_{consumer_.producer_sleeps};    // producer sleeps; consumer notifies
+  aligned_wait_point not_full_{consumer_.producer_sleeps};   // producer sleeps; consumer notifies
 };
 
 }  // namespace conveyor

@@ -69,15 +69,15 @@ concept runtime_span = std::is_trivially_copyable_v<Span> && std::default_initia
                        };
 
 template <class Buf, class Span, class T>
-concept runtime_buffer = std::movable<Buf> && !std::copyable<Buf> &&
-                         std::constructible_from<Buf, std::size_t> &&
-                         std::constructible_from<Buf, std::size_t, std::string_view> &&
-                         !std::convertible_to<std::size_t, Buf> && requires(const Buf& b) {
-                           { b.span() } -> std::same_as<Span>;
-                           { b.data() } -> std::same_as<T*>;
-                           { b.size() } -> std::same_as<std::size_t>;
-                           { b.size_bytes() } -> std::same_as<std::size_t>;
-                         };
+concept runtime_buffer =
+    std::movable<Buf> && !std::copyable<Buf> && std::constructible_from<Buf, std::size_t> &&
+    std::constructible_from<Buf, std::size_t, std::string_view> &&
+    !std::convertible_to<std::size_t, Buf> && requires(const Buf& b) {
+      { b.span() } -> std::same_as<Span>;
+      { b.data() } -> std::same_as<T*>;
+      { b.size() } -> std::same_as<std::size_t>;
+      { b.size_bytes() } -> std::same_as<std::size_t>;
+    };
 
 template <class R, class T>
 concept runtime_memory =
@@ -86,12 +86,17 @@ concept runtime_memory =
     runtime_buffer<typename R::template pinned_buffer<T>, typename R::template pinned_span<T>, T> &&
     runtime_buffer<typename R::template device_buffer<T>, typename R::template device_span<T>, T> &&
     // span<T> -> span<const T>, and nothing else converts into or between them
-    std::convertible_to<typename R::template pinned_span<T>, typename R::template pinned_span<const T>> &&
-    std::convertible_to<typename R::template device_span<T>, typename R::template device_span<const T>> &&
-    !std::convertible_to<typename R::template pinned_span<const T>, typename R::template pinned_span<T>> &&
+    std::convertible_to<typename R::template pinned_span<T>,
+                        typename R::template pinned_span<const T>> &&
+    std::convertible_to<typename R::template device_span<T>,
+                        typename R::template device_span<const T>> &&
+    !std::convertible_to<typename R::template pinned_span<const T>,
+                         typename R::template pinned_span<T>> &&
     !std::same_as<typename R::template pinned_span<T>, typename R::template device_span<T>> &&
-    !std::convertible_to<typename R::template pinned_span<T>, typename R::template device_span<T>> &&
-    !std::convertible_to<typename R::template device_span<T>, typename R::template pinned_span<T>> &&
+    !std::convertible_to<typename R::template pinned_span<T>,
+                         typename R::template device_span<T>> &&
+    !std::convertible_to<typename R::template device_span<T>,
+                         typename R::template pinned_span<T>> &&
     !std::convertible_to<T*, typename R::template pinned_span<T>> &&
     !std::convertible_to<std::vector<T>&, typename R::template pinned_span<const T>> &&
     !std::convertible_to<std::span<T>, typename R::template pinned_span<const T>> &&
@@ -99,8 +104,7 @@ concept runtime_memory =
     requires(typename R::template pinned_span<T> p) {
       { p[0] } -> std::same_as<T&>;
       { p.host() } -> std::same_as<std::span<T>>;
-    } &&
-    !requires(typename R::template device_span<T> d) { d[0]; } &&
+    } && !requires(typename R::template device_span<T> d) { d[0]; } &&
     !requires(typename R::template device_span<T> d) { d.host(); } &&
     !requires(typename R::template device_span<T> d) { d.begin(); } &&
     // transfers take only the runtime's own spans

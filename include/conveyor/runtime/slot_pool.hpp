@@ -177,12 +177,12 @@ class slot_pool {
                          std::to_string(in_elems) + ", " + std::to_string(out_elems) +
                          "); size them for the largest batch");
     constexpr std::size_t limit = std::size_t{1} << 40;
-    CONVEYOR_EXPECTS(in_elems <= limit / sizeof(In) / slots &&
-                         out_elems <= limit / sizeof(Out) / slots,
-                     "slot_pool: " + std::to_string(slots) + " slots of " +
-                         std::to_string(in_elems) + " in / " + std::to_string(out_elems) +
-                         " out elements exceed 1 TiB per region; check the units "
-                         "(elements per slot, not bytes)");
+    CONVEYOR_EXPECTS(
+        in_elems <= limit / sizeof(In) / slots && out_elems <= limit / sizeof(Out) / slots,
+        "slot_pool: " + std::to_string(slots) + " slots of " + std::to_string(in_elems) + " in / " +
+            std::to_string(out_elems) +
+            " out elements exceed 1 TiB per region; check the units "
+            "(elements per slot, not bytes)");
     return slots;
   }
 

@@ -38,10 +38,22 @@ class batch_stage {
   using output = std::vector<In>;
 
   explicit batch_stage(std::size_t max_size) : max_size_(max_size) {}
-  batch_stage& max_delay(std::chrono::nanoseconds d) & { max_delay_ = d; return *this; }
-  batch_stage&& max_delay(std::chrono::nanoseconds d) && { max_delay_ = d; return std::move(*this); }
-  batch_stage& name(std::string n) & { name_ = std::move(n); return *this; }
-  batch_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+  batch_stage& max_delay(std::chrono::nanoseconds d) & {
+    max_delay_ = d;
+    return *this;
+  }
+  batch_stage&& max_delay(std::chrono::nanoseconds d) && {
+    max_delay_ = d;
+    return std::move(*this);
+  }
+  batch_stage& name(std::string n) & {
+    name_ = std::move(n);
+    return *this;
+  }
+  batch_stage&& name(std::string n) && {
+    name_ = std::move(n);
+    return std::move(*this);
+  }
 
   std::size_t max_size() const noexcept { return max_size_; }
   std::optional<std::chrono::nanoseconds> max_delay() const noexcept { return max_delay_; }
@@ -71,8 +83,14 @@ class unbatch_stage {
   template <class In>
   using output = typename In::value_type;
 
-  unbatch_stage& name(std::string n) & { name_ = std::move(n); return *this; }
-  unbatch_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+  unbatch_stage& name(std::string n) & {
+    name_ = std::move(n);
+    return *this;
+  }
+  unbatch_stage&& name(std::string n) && {
+    name_ = std::move(n);
+    return std::move(*this);
+  }
   const std::string& name() const noexcept { return name_; }
 
  private:
@@ -91,9 +109,14 @@ class batch_node {
   using out_type = std::vector<In>;
 
   batch_node(batch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
-        stats_((validate(stage_), 1)), batches_(stage_.max_size()),
-        ring_name_("ring " + stage_.name()), track_(ctl_.make_track(stage_.name())) {}
+      : stage_(std::move(stage)),
+        ctl_(ctl),
+        in_(in),
+        out_(out),
+        stats_((validate(stage_), 1)),
+        batches_(stage_.max_size()),
+        ring_name_("ring " + stage_.name()),
+        track_(ctl_.make_track(stage_.name())) {}
 
   stage_info info() {
     stage_info i{stage_.name(), stage_kind::batch, in_->capacity(), &stats_};
@@ -124,8 +147,8 @@ class batch_node {
       b.value.reserve(max);
       b.metas.reserve(max);
       add(b, std::move(*first));
-      const auto deadline = std::chrono::steady_clock::now() +
-                            (delay ? *delay : std::chrono::nanoseconds::zero());
+      const auto deadline =
+          std::chrono::steady_clock::now() + (delay ? *delay : std::chrono::nanoseconds::zero());
       bool timed_out = false;
       while (b.value.size() < max) {
         probe.busy();
@@ -162,8 +185,9 @@ class batch_node {
                      "batch '" + s.name() + "': max size must be in [1, 2^20], got " +
                          std::to_string(s.max_size()));
     CONVEYOR_EXPECTS(!s.max_delay() || s.max_delay()->count() > 0,
-                     "batch '" + s.name() + "': max_delay must be positive; leave it unset "
-                     "for fixed-size batches");
+                     "batch '" + s.name() +
+                         "': max_delay must be positive; leave it unset "
+                         "for fixed-size batches");
   }
 
   static void add(envelope<out_type>& b, envelope<In>&& item) {
@@ -192,8 +216,13 @@ class unbatch_node {
   using out_type = typename In::value_type;
 
   unbatch_node(unbatch_stage stage, control& ctl, link<In>* in, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out), stats_(1),
-        ring_name_("ring " + stage_.name()), track_(ctl_.make_track(stage_.name())) {}
+      : stage_(std::move(stage)),
+        ctl_(ctl),
+        in_(in),
+        out_(out),
+        stats_(1),
+        ring_name_("ring " + stage_.name()),
+        track_(ctl_.make_track(stage_.name())) {}
 
   stage_info info() { return {stage_.name(), stage_kind::unbatch, in_->capacity(), &stats_}; }
 

@@ -40,7 +40,8 @@ struct bound_stage<Stage, void> {
 template <class... Bound>
 struct chain {
   std::tuple<Bound...> stages;
-  using out_type = typename std::tuple_element_t<sizeof...(Bound) - 1, std::tuple<Bound...>>::out_type;
+  using out_type =
+      typename std::tuple_element_t<sizeof...(Bound) - 1, std::tuple<Bound...>>::out_type;
 };
 
 namespace detail {

@@ -47,8 +47,8 @@
 #include "conveyor/stage/detail/control.hpp"
 #include "conveyor/stage/detail/envelope.hpp"
 #include "conveyor/stage/detail/link.hpp"
-#include "conveyor/stage/detail/worker_probe.hpp"
 #include "conveyor/stage/detail/reorder_buffer.hpp"
+#include "conveyor/stage/detail/worker_probe.hpp"
 
 namespace conveyor {
 
@@ -63,11 +63,11 @@ struct gpu_options {
 // What the compute functor gets for one batch.
 template <class R, class InElem, class OutElem>
 struct lane_batch {
-  typename R::stream_ref stream;                       // enqueue everything here
-  std::size_t lane;                                    // 0 .. lanes-1 (per-lane handles)
-  std::size_t items;                                   // items in the batch
-  typename R::template device_span<const InElem> in;   // what stage-in wrote, on the device
-  typename R::template device_span<OutElem> out;       // the slot's whole output capacity
+  typename R::stream_ref stream;                      // enqueue everything here
+  std::size_t lane;                                   // 0 .. lanes-1 (per-lane handles)
+  std::size_t items;                                  // items in the batch
+  typename R::template device_span<const InElem> in;  // what stage-in wrote, on the device
+  typename R::template device_span<OutElem> out;      // the slot's whole output capacity
 };
 
 template <class R, class InElem, class OutElem, class StageIn, class Compute, class StageOut>
@@ -85,7 +85,9 @@ class gpu_stage {
   using output = std::decay_t<std::invoke_result_t<StageOut&, In&&, pinned_out>>;
 
   gpu_stage(gpu_options o, StageIn in, Compute c, StageOut out)
-      : options_(std::move(o)), stage_in_(std::move(in)), compute_(std::move(c)),
+      : options_(std::move(o)),
+        stage_in_(std::move(in)),
+        compute_(std::move(c)),
         stage_out_(std::move(out)) {}
 
   // How each lane's stream is made (default: R::stream{}). The host runtime's jitter
@@ -115,11 +117,13 @@ class gpu_stage {
   std::function<typename R::stream(std::size_t)> make_stream_;
 };
 
-template <class R, class InElem, class OutElem = InElem, class StageIn, class Compute, class StageOut>
+template <class R, class InElem, class OutElem = InElem, class StageIn, class Compute,
+          class StageOut>
 gpu_stage<R, InElem, OutElem, std::decay_t<StageIn>, std::decay_t<Compute>, std::decay_t<StageOut>>
 gpu(gpu_options options, StageIn&& stage_in, Compute&& compute, StageOut&& stage_out) {
-  static_assert(runtime<R>, "conveyor::gpu: R must be a runtime (conveyor::cuda::runtime or "
-                            "conveyor::host::runtime)");
+  static_assert(runtime<R>,
+                "conveyor::gpu: R must be a runtime (conveyor::cuda::runtime or "
+                "conveyor::host::runtime)");
   return {std::move(options), std::forward<StageIn>(stage_in), std::forward<Compute>(compute),
           std::forward<StageOut>(stage_out)};
 }
@@ -137,11 +141,14 @@ class gpu_node {
   using out_type = typename stage_t::template output<In>;
 
   gpu_node(stage_t stage, control& ctl, link<In>* in, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), in_(in),
+      : stage_(std::move(stage)),
+        ctl_(ctl),
+        in_(in),
         stats_((validate(stage_.options()), stage_.options().lanes)),
         gpu_(stage_.options().lanes),
-        reorder_(next_power_of_two(2 * stage_.options().lanes * stage_.options().slots_per_lane + 8),
-                 out, ctl) {
+        reorder_(
+            next_power_of_two(2 * stage_.options().lanes * stage_.options().slots_per_lane + 8),
+            out, ctl) {
     const gpu_options& o = stage_.options();
     lanes_.reserve(o.lanes);
     ring_name_ = "ring " + o.name;
@@ -200,21 +207,21 @@ class gpu_node {
   struct lane {
     lane(typename R::stream s, const gpu_options& o)
         : pool(o.slots_per_lane, o.in_elems, o.out_elems),
-          done(next_power_of_two(o.slots_per_lane)), timing(o.slots_per_lane),
+          done(next_power_of_two(o.slots_per_lane)),
+          timing(o.slots_per_lane),
           stream(std::move(s)) {}
     pool_t pool;
     spsc_ring<in_flight> done;  // enqueue thread -> completion thread, in stream order
     // Four timing events per slot: before H2D, after H2D, after compute, after D2H.
     struct events {
-      typename R::event e[4] = {typename R::event{event_timing::enabled},
-                                typename R::event{event_timing::enabled},
-                                typename R::event{event_timing::enabled},
-                                typename R::event{event_timing::enabled}};
+      typename R::event e[4] = {
+          typename R::event{event_timing::enabled}, typename R::event{event_timing::enabled},
+          typename R::event{event_timing::enabled}, typename R::event{event_timing::enabled}};
     };
     std::vector<events> timing;
     typename R::event reference{event_timing::enabled};  // elapsed times count from here
-    std::int64_t reference_ns = 0;                        // ... which was now_ns() then
-    metrics::trace_track* device_track = nullptr;         // nullptr: no trace
+    std::int64_t reference_ns = 0;                       // ... which was now_ns() then
+    metrics::trace_track* device_track = nullptr;        // nullptr: no trace
     metrics::trace_track* enqueue_track = nullptr;
     metrics::trace_track* complete_track = nullptr;
     // Last member, so destroyed first: the stream finishes its queued copies before the
@@ -230,8 +237,9 @@ class gpu_node {
                      "gpu '" + o.name + "': slots_per_lane must be in [1, 64], got " +
                          std::to_string(o.slots_per_lane) + "; 2 overlaps preparing and running");
     CONVEYOR_EXPECTS(o.in_elems >= 1 && o.out_elems >= 1,
-                     "gpu '" + o.name + "': set in_elems and out_elems to the largest batch's "
-                     "input and output element counts");
+                     "gpu '" + o.name +
+                         "': set in_elems and out_elems to the largest batch's "
+                         "input and output element counts");
   }
 
   // Pins a lane's reference event to the host clock. Elapsed times are floats in ms, so
@@ -292,8 +300,8 @@ class gpu_node {
                      stream);
           ev[1].record(stream);
         }
-        lane_batch<R, InElem, OutElem> lb{stream, index, items,
-                                          s->device_in.subspan(0, f.in_count), s->device_out};
+        lane_batch<R, InElem, OutElem> lb{stream, index, items, s->device_in.subspan(0, f.in_count),
+                                          s->device_out};
         {
           metrics::nvtx_range range{"compute"};
           f.out_count = stage_.compute()(lb);
@@ -363,8 +371,9 @@ class gpu_node {
         {
           metrics::nvtx_range range{"stage-out"};
           out.emplace(envelope<out_type>{
-              stage_.stage_out()(std::move(f->batch.value),
-                                 typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
+              stage_.stage_out()(
+                  std::move(f->batch.value),
+                  typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
               meta, std::move(metas)});
         }
         if (complete_track != nullptr) complete_track->span("stage-out", out_start, now_ns());
@@ -394,9 +403,9 @@ class gpu_node {
 
   void check_count(const char* what, std::size_t n, std::size_t capacity) const {
     if (n > capacity)
-      throw config_error("gpu '" + stage_.options().name + "': " + what + " " +
-                         std::to_string(n) + " elements but a slot holds " +
-                         std::to_string(capacity) + "; raise in_elems/out_elems or use smaller batches");
+      throw config_error("gpu '" + stage_.options().name + "': " + what + " " + std::to_string(n) +
+                         " elements but a slot holds " + std::to_string(capacity) +
+                         "; raise in_elems/out_elems or use smaller batches");
   }
 
   stage_t stage_;

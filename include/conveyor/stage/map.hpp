@@ -34,9 +34,9 @@
 #include <vector>
 
 #include "conveyor/base/config.hpp"
+#include "conveyor/base/power_of_two.hpp"
 #include "conveyor/base/thread_group.hpp"
 #include "conveyor/counters/nvtx.hpp"
-#include "conveyor/base/power_of_two.hpp"
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/stage/detail/control.hpp"
 #include "conveyor/stage/detail/envelope.hpp"
@@ -72,12 +72,30 @@ class map_stage {
   explicit map_stage(F fn) : fn_(std::move(fn)) {}
 
   // @throws config_error (at pipeline construction) for 0 or more than 1024 workers.
-  map_stage& workers(std::size_t n) & { workers_ = n; return *this; }
-  map_stage&& workers(std::size_t n) && { workers_ = n; return std::move(*this); }
-  map_stage& ordered(bool on = true) & { ordered_ = on; return *this; }
-  map_stage&& ordered(bool on = true) && { ordered_ = on; return std::move(*this); }
-  map_stage& name(std::string n) & { name_ = std::move(n); return *this; }
-  map_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+  map_stage& workers(std::size_t n) & {
+    workers_ = n;
+    return *this;
+  }
+  map_stage&& workers(std::size_t n) && {
+    workers_ = n;
+    return std::move(*this);
+  }
+  map_stage& ordered(bool on = true) & {
+    ordered_ = on;
+    return *this;
+  }
+  map_stage&& ordered(bool on = true) && {
+    ordered_ = on;
+    return std::move(*this);
+  }
+  map_stage& name(std::string n) & {
+    name_ = std::move(n);
+    return *this;
+  }
+  map_stage&& name(std::string n) && {
+    name_ = std::move(n);
+    return std::move(*this);
+  }
 
   std::size_t workers() const noexcept { return workers_; }
   bool is_ordered() const noexcept { return ordered_; }
@@ -104,7 +122,10 @@ class map_node {
   using out_type = typename map_stage<F>::template output<In>;
 
   map_node(map_stage<F> stage, control& ctl, link<In>* in, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), in_(in), out_(out),
+      : stage_(std::move(stage)),
+        ctl_(ctl),
+        in_(in),
+        out_(out),
         stats_((check_workers(stage_.name(), stage_.workers()), stage_.workers())),
         ring_name_("ring " + stage_.name()) {
     for (std::size_t w = 0; w < stage_.workers(); ++w)
@@ -142,8 +163,7 @@ class map_node {
   // A worker on its own lanes: pop, call, push, the loop of a one-worker stage.
   void run_lanes(std::size_t w) noexcept {
     ctl_.await_gate();
-    worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(),
-                       ring_name_.c_str()};
+    worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(), ring_name_.c_str()};
     auto in = in_->port(w);
     auto out = out_->port(w);
     while (auto v = probe.pop(in)) {
@@ -165,8 +185,7 @@ class map_node {
 
   void run(std::size_t w) noexcept {
     ctl_.await_gate();
-    worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(),
-                       ring_name_.c_str()};
+    worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(), ring_name_.c_str()};
     const bool ordered = reorder_.has_value();
     // An item taken without the reorder window: through the function and downstream.
     // false: the worker stops (the pipeline is stopping, the function threw, or the
@@ -201,7 +220,9 @@ class map_node {
         continue;
       }
       // Waiting for the reorder window counts as waiting for input.
-      const auto wait_for_window = [&](auto&& wait) { return probe.wait_as(worker_probe::wait_for::input, wait); };
+      const auto wait_for_window = [&](auto&& wait) {
+        return probe.wait_as(worker_probe::wait_for::input, wait);
+      };
       if (ctl_.is_stopping() || !reorder_->admit(pos, wait_for_window)) {
         ctl_.cancel(in->items());
         break;

@@ -21,8 +21,8 @@
 #include "conveyor/stage/detail/control.hpp"
 #include "conveyor/stage/detail/envelope.hpp"
 #include "conveyor/stage/detail/link.hpp"
-#include "conveyor/stage/detail/worker_probe.hpp"
 #include "conveyor/stage/detail/reorder_buffer.hpp"
+#include "conveyor/stage/detail/worker_probe.hpp"
 
 namespace conveyor {
 
@@ -35,10 +35,22 @@ class sink_stage {
   using output = void;
 
   explicit sink_stage(F fn) : fn_(std::move(fn)) {}
-  sink_stage& workers(std::size_t n) & { workers_ = n; return *this; }
-  sink_stage&& workers(std::size_t n) && { workers_ = n; return std::move(*this); }
-  sink_stage& name(std::string n) & { name_ = std::move(n); return *this; }
-  sink_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+  sink_stage& workers(std::size_t n) & {
+    workers_ = n;
+    return *this;
+  }
+  sink_stage&& workers(std::size_t n) && {
+    workers_ = n;
+    return std::move(*this);
+  }
+  sink_stage& name(std::string n) & {
+    name_ = std::move(n);
+    return *this;
+  }
+  sink_stage&& name(std::string n) && {
+    name_ = std::move(n);
+    return std::move(*this);
+  }
 
   std::size_t workers() const noexcept { return workers_; }
   const std::string& name() const noexcept { return name_; }
@@ -63,10 +75,14 @@ namespace detail {
 template <class In, class Deliver>
 class terminal_node {
  public:
-  terminal_node(std::string name, std::size_t workers, Deliver deliver, control& ctl,
-                link<In>* in, latency_recorder* latency)
-      : name_(std::move(name)), deliver_(std::move(deliver)), ctl_(ctl), in_(in),
-        latency_(latency), stats_((check_workers(name_, workers), workers)),
+  terminal_node(std::string name, std::size_t workers, Deliver deliver, control& ctl, link<In>* in,
+                latency_recorder* latency)
+      : name_(std::move(name)),
+        deliver_(std::move(deliver)),
+        ctl_(ctl),
+        in_(in),
+        latency_(latency),
+        stats_((check_workers(name_, workers), workers)),
         ring_name_("ring " + name_) {
     for (std::size_t w = 0; w < workers; ++w)
       tracks_.push_back(ctl_.make_track(worker_track_name(name_, w, workers)));
@@ -80,7 +96,8 @@ class terminal_node {
   Deliver& deliver() noexcept { return deliver_; }
 
   void start(thread_group& threads) {
-    for (std::size_t w = 0; w < stats_.workers(); ++w) spawn_stage_thread(threads, [this, w] { run(w); });
+    for (std::size_t w = 0; w < stats_.workers(); ++w)
+      spawn_stage_thread(threads, [this, w] { run(w); });
   }
 
  private:
@@ -176,7 +193,7 @@ auto make_sink_node(sink_stage<F> stage, control& ctl, link<In>* in, latency_rec
     fn(std::move(e.value));
   };
   return terminal_node<In, decltype(deliver)>(stage.name(), stage.workers(), std::move(deliver),
-                                               ctl, in, latency);
+                                              ctl, in, latency);
 }
 
 }  // namespace detail

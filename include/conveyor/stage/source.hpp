@@ -39,16 +39,23 @@ struct is_optional<std::optional<T>> : std::true_type {};
 template <class F>
 class source_stage {
   static_assert(std::is_invocable_v<F&>, "conveyor::source: the function must take no arguments");
-  static_assert(detail::is_optional<std::invoke_result_t<F&>>::value,
-                "conveyor::source: the function must return std::optional<T> (nullopt ends the input)");
+  static_assert(
+      detail::is_optional<std::invoke_result_t<F&>>::value,
+      "conveyor::source: the function must return std::optional<T> (nullopt ends the input)");
 
  public:
   using out_type = typename std::invoke_result_t<F&>::value_type;
   static constexpr bool starts_chain = true;  // see stage/concepts.hpp
 
   explicit source_stage(F fn) : fn_(std::move(fn)) {}
-  source_stage& name(std::string n) & { name_ = std::move(n); return *this; }
-  source_stage&& name(std::string n) && { name_ = std::move(n); return std::move(*this); }
+  source_stage& name(std::string n) & {
+    name_ = std::move(n);
+    return *this;
+  }
+  source_stage&& name(std::string n) && {
+    name_ = std::move(n);
+    return std::move(*this);
+  }
 
   const std::string& name() const noexcept { return name_; }
   F& function() noexcept { return fn_; }
@@ -87,8 +94,14 @@ class input_stage {
  public:
   using out_type = T;
   static constexpr bool starts_chain = true;  // see stage/concepts.hpp
-  input_stage& capacity(std::size_t n) & { capacity_ = n; return *this; }
-  input_stage&& capacity(std::size_t n) && { capacity_ = n; return std::move(*this); }
+  input_stage& capacity(std::size_t n) & {
+    capacity_ = n;
+    return *this;
+  }
+  input_stage&& capacity(std::size_t n) && {
+    capacity_ = n;
+    return std::move(*this);
+  }
   std::size_t capacity() const noexcept { return capacity_; }
   const std::string& name() const noexcept { return name_; }
 
@@ -110,7 +123,10 @@ class source_node {
   using out_type = typename source_stage<F>::out_type;
 
   source_node(source_stage<F> stage, control& ctl, link<out_type>* out)
-      : stage_(std::move(stage)), ctl_(ctl), out_(out), stats_(1),
+      : stage_(std::move(stage)),
+        ctl_(ctl),
+        out_(out),
+        stats_(1),
         track_(ctl_.make_track(stage_.name())) {}
 
   stage_info info() { return {stage_.name(), stage_kind::source, 0, &stats_}; }

@@ -33,8 +33,7 @@ int main() {
   if (count.load() != n || sum.load() != n * (n + 1) / 2) {
     std::fprintf(stderr, "popped %llu items summing to %llu, expected %llu and %llu\n",
                  static_cast<unsigned long long>(count.load()),
-                 static_cast<unsigned long long>(sum.load()),
-                 static_cast<unsigned long long>(n),
+                 static_cast<unsigned long long>(sum.load()), static_cast<unsigned long long>(n),
                  static_cast<unsigned long long>(n * (n + 1) / 2));
     return 1;
   }

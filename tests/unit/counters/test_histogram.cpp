@@ -94,8 +94,8 @@ TEST_CASE("latency_histogram: empty histogram reports zeros") {
 TEST_CASE("latency_histogram: percentiles within relative error of exact ones") {
   std::mt19937_64 rng{7};
   const std::size_t n = GENERATE(as<std::size_t>{}, 1, 2, 3, 10, 999, 100000);
-  const std::string shape = GENERATE(as<std::string>{}, "uniform", "lognormal", "constant",
-                                     "small", "wide", "hours");
+  const std::string shape =
+      GENERATE(as<std::string>{}, "uniform", "lognormal", "constant", "small", "wide", "hours");
   CAPTURE(n, shape);
   std::vector<std::int64_t> data(n);
   if (shape == "uniform") {
@@ -185,7 +185,8 @@ TEST_CASE("latency_histogram: merge equals recording both; reset empties") {
   REQUIRE(a.sum() == both.sum());
   REQUIRE(a.min() == both.min());
   REQUIRE(a.max() == both.max());
-  for (const double p : {0.0, 10.0, 50.0, 90.0, 99.0, 100.0}) REQUIRE(a.percentile(p) == both.percentile(p));
+  for (const double p : {0.0, 10.0, 50.0, 90.0, 99.0, 100.0})
+    REQUIRE(a.percentile(p) == both.percentile(p));
 
   a.reset();
   REQUIRE(a.count() == 0);

@@ -14,8 +14,8 @@
 
 #include "test_support.hpp"
 
-using conveyor::metrics::concurrent_interval_union;
 using conveyor::interval;
+using conveyor::metrics::concurrent_interval_union;
 using conveyor::metrics::interval_union;
 namespace t = conveyor::test;
 
@@ -52,7 +52,8 @@ std::vector<interval> displaced(std::mt19937_64& rng, const std::vector<interval
                                 std::size_t displacement) {
   std::uniform_real_distribution<double> u{0.0, static_cast<double>(displacement)};
   std::vector<std::pair<double, interval>> keyed;
-  for (std::size_t i = 0; i < sorted.size(); ++i) keyed.push_back({static_cast<double>(i) + u(rng), sorted[i]});
+  for (std::size_t i = 0; i < sorted.size(); ++i)
+    keyed.push_back({static_cast<double>(i) + u(rng), sorted[i]});
   std::sort(keyed.begin(), keyed.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::vector<interval> out;
   for (auto& k : keyed) out.push_back(k.second);

@@ -28,7 +28,8 @@ TEST_CASE("stage_stats: every worker slot owns its own cache line") {
   for (std::size_t i = 0; i < 5; ++i) {
     const auto a = reinterpret_cast<std::uintptr_t>(&s.worker(i));
     REQUIRE(a % conveyor::cache_line_size == 0);
-    if (i > 0) REQUIRE(a - reinterpret_cast<std::uintptr_t>(&s.worker(i - 1)) == conveyor::cache_line_size);
+    if (i > 0)
+      REQUIRE(a - reinterpret_cast<std::uintptr_t>(&s.worker(i - 1)) == conveyor::cache_line_size);
   }
   static_assert(noexcept(s.worker(0).add_busy(1)));
   static_assert(noexcept(s.snapshot()));
@@ -80,7 +81,8 @@ TEST_CASE("stage_stats: concurrent workers and a snapshot reader; totals exact")
   for (std::size_t w = 0; w < workers; ++w)
     for (std::uint64_t i = 0; i < n; ++i) occ += i % 17 + w;
   REQUIRE(c.occupancy_sum == occ);
-  REQUIRE(c.occupancy_mean() == Approx(static_cast<double>(occ) / static_cast<double>(workers * n)));
+  REQUIRE(c.occupancy_mean() ==
+          Approx(static_cast<double>(occ) / static_cast<double>(workers * n)));
   REQUIRE(s.worker(2).snapshot().starved_ns == static_cast<std::int64_t>(2 * n));
 }
 

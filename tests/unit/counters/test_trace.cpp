@@ -103,7 +103,8 @@ TEST_CASE("trace export: metadata per track, spans, counters, exact microseconds
   for (const auto& e : ev) {
     REQUIRE(e["pid"] == 1);
     if (e["ph"] == "M" && e["name"] == "thread_name") names[e["tid"]] = e["args"]["name"];
-    if (e["ph"] == "M" && e["name"] == "process_name") process_named = e["args"]["name"] == "conveyor";
+    if (e["ph"] == "M" && e["name"] == "process_name")
+      process_named = e["args"]["name"] == "conveyor";
   }
   REQUIRE(process_named);
   REQUIRE(names.size() == 3);
@@ -218,6 +219,8 @@ TEST_CASE("trace export while writers run: only whole events, bounded, nested") 
   REQUIRE(over == 0);
   // Quiescent now: exactly the last `capacity` events of each track.
   const json doc = export_json(trace);
-  REQUIRE(count_ph(doc, "X", 1) + count_ph(doc, "C", 1) == std::min<std::uint64_t>(capacity, a.written()));
-  REQUIRE(count_ph(doc, "X", 2) + count_ph(doc, "C", 2) == std::min<std::uint64_t>(capacity, b.written()));
+  REQUIRE(count_ph(doc, "X", 1) + count_ph(doc, "C", 1) ==
+          std::min<std::uint64_t>(capacity, a.written()));
+  REQUIRE(count_ph(doc, "X", 2) + count_ph(doc, "C", 2) ==
+          std::min<std::uint64_t>(capacity, b.written()));
 }

@@ -28,11 +28,11 @@ TEST_CASE("plan_placement: heaviest first, each onto the least loaded CPU") {
   const std::vector<double> loads{0.01, 0.67, 1.0, 0.33, 0.02};
   const auto plan = plan_placement(loads, 2);
   REQUIRE(plan.size() == 5);
-  CHECK(plan[2] == 0);        // 1.0 first, onto CPU 0
-  CHECK(plan[1] == 1);        // 0.67 onto the empty CPU 1
-  CHECK(plan[3] == 1);        // 0.33: CPU 1 (0.67) is lighter than CPU 0 (1.0)
-  CHECK(plan[4] == 0);        // 0.02: both at 1.0, ties go to the lower CPU
-  CHECK(plan[0] == 1);        // 0.01: CPU 1 (1.0) < CPU 0 (1.02)
+  CHECK(plan[2] == 0);  // 1.0 first, onto CPU 0
+  CHECK(plan[1] == 1);  // 0.67 onto the empty CPU 1
+  CHECK(plan[3] == 1);  // 0.33: CPU 1 (0.67) is lighter than CPU 0 (1.0)
+  CHECK(plan[4] == 0);  // 0.02: both at 1.0, ties go to the lower CPU
+  CHECK(plan[0] == 1);  // 0.01: CPU 1 (1.0) < CPU 0 (1.02)
 
   // More CPUs than threads: each thread gets a CPU of its own.
   const auto spread = plan_placement({3.0, 1.0, 2.0}, 4);
@@ -212,9 +212,8 @@ TEST_CASE("parse_cpu_ticks: the allowed CPUs' lines of /proc/stat") {
 
 TEST_CASE("pipeline: placement by load needs a sane period") {
   const auto make = [](pipeline_options o) {
-    return pipeline{from_range(std::views::iota(0, 10)) | map([](int x) { return x; }) |
-                        sink([](int) {}),
-                    o};
+    return pipeline{
+        from_range(std::views::iota(0, 10)) | map([](int x) { return x; }) | sink([](int) {}), o};
   };
   CHECK_THROWS_WITH(make({.placement = thread_placement::by_load,
                           .placement_period = std::chrono::milliseconds(1)}),
@@ -287,9 +286,12 @@ TEST_CASE("load_placer, automatic: pins while the shares say alone and full, els
       registry, std::chrono::milliseconds(10), detail::pin_policy::automatic,
       [&](const detail::core_shares&) {
         switch (shares.load()) {
-          case seen::alone_full: return detail::core_shares{.own = 1, .process = 1, .machine = 1};
-          case seen::crowded: return detail::core_shares{.own = 0.6, .process = 0.6, .machine = 1};
-          default: return detail::core_shares{.own = 0.4, .process = 0.4, .machine = 0.4};
+          case seen::alone_full:
+            return detail::core_shares{.own = 1, .process = 1, .machine = 1};
+          case seen::crowded:
+            return detail::core_shares{.own = 0.6, .process = 0.6, .machine = 1};
+          default:
+            return detail::core_shares{.own = 0.4, .process = 0.4, .machine = 0.4};
         }
       }};
   // Waits until two rounds have begun after now: the second saw the shares set before.
@@ -341,10 +343,9 @@ TEST_CASE("shared_core_grows: a ring grows where its consumer drains the reserve
   CHECK_FALSE(where.share_cpu(2));
   CHECK_FALSE(where.share_cpu(3));
   CHECK_FALSE(where.share_cpu(4));  // the last stage has no next one
-  CHECK_FALSE(detail::chain_placement{{detail::chain_placement::not_pinned,
-                                       detail::chain_placement::not_pinned},
-                                      {}}
-                  .share_cpu(0));
+  CHECK_FALSE(detail::chain_placement{
+      {detail::chain_placement::not_pinned, detail::chain_placement::not_pinned},
+      {}}.share_cpu(0));
 }
 
 TEST_CASE("load_placer: after each round the listener sees where the stages run, and their loads") {
@@ -382,8 +383,11 @@ TEST_CASE("load_placer: after each round the listener sees where the stages run,
 
   std::mutex m;
   std::vector<detail::chain_placement> seen;
-  detail::load_placer placer{registry, std::chrono::milliseconds(10), detail::pin_policy::always,
-                             {}, [&](const detail::chain_placement& where) {
+  detail::load_placer placer{registry,
+                             std::chrono::milliseconds(10),
+                             detail::pin_policy::always,
+                             {},
+                             [&](const detail::chain_placement& where) {
                                const std::lock_guard lock{m};
                                seen.push_back(where);
                              }};
@@ -413,8 +417,8 @@ TEST_CASE("load_placer: after each round the listener sees where the stages run,
     CHECK(last.load(stage) < 200e3);
   }
   CHECK(last.cpu[1] == detail::chain_placement::not_pinned);
-  CHECK(last.load(1) == 0.0);  // two workers: no one load
-  CHECK(last.load(3) == 0.0);  // no such stage
+  CHECK(last.load(1) == 0.0);      // two workers: no one load
+  CHECK(last.load(3) == 0.0);      // no such stage
   CHECK_FALSE(last.share_cpu(0));  // the middle stage is not one thread
   CHECK_FALSE(last.share_cpu(1));
 }
@@ -431,7 +435,8 @@ TEST_CASE("pipeline: automatic placement pins nothing beside busy threads of its
   std::vector<std::thread> busy;
   for (std::size_t i = 0; i < my_cpus().size(); ++i)
     busy.emplace_back([&] {
-      while (!stop.load(std::memory_order_relaxed)) test::burn_thread_cpu(std::chrono::microseconds(100));
+      while (!stop.load(std::memory_order_relaxed))
+        test::burn_thread_cpu(std::chrono::microseconds(100));
     });
   const stop_and_join join_busy{stop, busy};
   constexpr int n = 300;

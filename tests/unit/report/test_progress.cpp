@@ -38,7 +38,8 @@ m::report fake(std::uint64_t calls) {
 
 TEST_CASE("progress_line: bad configuration throws config_error") {
   std::ostringstream out;
-  REQUIRE_THROWS_AS(m::progress_line([] { return m::report{}; }, 100ms, out), conveyor::config_error);
+  REQUIRE_THROWS_AS(m::progress_line([] { return m::report{}; }, 100ms, out),
+                    conveyor::config_error);
   REQUIRE_THROWS_AS(m::progress_line(m::progress_line::snapshot_fn{}, 500ms, out),
                     conveyor::config_error);
 }

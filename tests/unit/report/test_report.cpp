@@ -1,9 +1,9 @@
 // report: builders from live counters, operator<< (a table that carries the verdict),
 // to_json (parses with nlohmann and round-trips every number), window() of two
 // cumulative reports.
+#include "conveyor/report/progress.hpp"
 #include "conveyor/report/report.hpp"
 #include "conveyor/report/verdict.hpp"
-#include "conveyor/report/progress.hpp"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -21,8 +21,8 @@ namespace {
 // A report built the way a pipeline builds it: from counters.
 m::report report_from_counters() {
   m::stage_stats read{1}, normalize{2}, batch{1}, gpu_host{2}, write{1};
-  const auto fill = [](m::stage_stats& s, std::uint64_t items, std::int64_t busy, std::int64_t starved,
-                       std::int64_t blocked) {
+  const auto fill = [](m::stage_stats& s, std::uint64_t items, std::int64_t busy,
+                       std::int64_t starved, std::int64_t blocked) {
     for (std::size_t w = 0; w < s.workers(); ++w) {
       auto& slot = s.worker(w);
       slot.add_items(items / s.workers());
@@ -129,13 +129,30 @@ TEST_CASE("report: operator<< prints one row per stage and lane, and the verdict
   os << r;
   const std::string s = os.str();
   INFO(s);
-  for (const char* needle :
-       {"2.000 s wall", "host runtime", "produced 6400", "completed 6390", "failed 6",
-        "cancelled 4", "3195.0 items/s", "GPU busy 20.0%", "normalize", "map", "97.0",
-        "62.0/64/64", "write \"out\"", "lane", "H2D GB/s", "9.63", "100 batches, mean size 64.0 of max 64",
-        "latency ms", "p99", "item", "verdict: cpu_stage_bound ('normalize')", "advice: add workers",
-        "CPU: the process kept 0.75 of its 2 cores busy (37.5%)",
-        "placement: automatic, stage threads pinned after 7 of 9 rounds"})
+  for (const char* needle : {"2.000 s wall",
+                             "host runtime",
+                             "produced 6400",
+                             "completed 6390",
+                             "failed 6",
+                             "cancelled 4",
+                             "3195.0 items/s",
+                             "GPU busy 20.0%",
+                             "normalize",
+                             "map",
+                             "97.0",
+                             "62.0/64/64",
+                             "write \"out\"",
+                             "lane",
+                             "H2D GB/s",
+                             "9.63",
+                             "100 batches, mean size 64.0 of max 64",
+                             "latency ms",
+                             "p99",
+                             "item",
+                             "verdict: cpu_stage_bound ('normalize')",
+                             "advice: add workers",
+                             "CPU: the process kept 0.75 of its 2 cores busy (37.5%)",
+                             "placement: automatic, stage threads pinned after 7 of 9 rounds"})
     REQUIRE(s.find(needle) != std::string::npos);
   REQUIRE(s.find("in flight") == std::string::npos);
   r.produced = 6410;
@@ -234,7 +251,7 @@ TEST_CASE("report: window() of two cumulative snapshots diagnoses the recent per
   later.stages[1].starved_s += 0.1;
   later.stages[2].busy_s += 0.2;
   later.stages[2].starved_s += 4.7;
-  later.process_cpu_s += 19.0;  // 3.8 of the 4 cores over the last 5 s
+  later.process_cpu_s += 19.0;              // 3.8 of the 4 cores over the last 5 s
   later.placement = {"automatic", 75, 53};  // pinned after 5 of the last 25 rounds
   m::complete_report(later);
 

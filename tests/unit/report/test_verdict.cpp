@@ -196,9 +196,14 @@ m::report simulate(const std::vector<sim_stage>& stages, int units, std::size_t 
               ++done_by_stage[k];
             }
             break;
-          case worker::holding: x.blocked_t += 1; break;
-          case worker::idle: x.starved_t += 1; break;
-          case worker::gone: break;
+          case worker::holding:
+            x.blocked_t += 1;
+            break;
+          case worker::idle:
+            x.starved_t += 1;
+            break;
+          case worker::gone:
+            break;
         }
       }
     }
@@ -226,8 +231,8 @@ m::report simulate(const std::vector<sim_stage>& stages, int units, std::size_t 
 }
 
 std::string describe(const m::report& r) {
-  std::string s = std::string(m::to_string(r.verdict.kind)) + " '" + r.verdict.stage + "': " +
-                  r.verdict.summary;
+  std::string s = std::string(m::to_string(r.verdict.kind)) + " '" + r.verdict.stage +
+                  "': " + r.verdict.summary;
   for (const auto& st : r.stages)
     s += "\n  " + st.name + " busy " + std::to_string(m::busy_fraction(st, r.wall_s)) +
          " starved " + std::to_string(m::starved_fraction(st, r.wall_s)) + " blocked " +
@@ -296,9 +301,9 @@ TEST_CASE("verdict: a CPU stage at capacity with every core busy -> no 'add work
                  Catch::Contains("placement = by_load gives it cores of its own whatever else "
                                  "runs."));
   // Pinned for half the run or more, pinned by load, or no round yet: no hint.
-  for (const m::placement_report& p : {m::placement_report{"automatic", 10, 5},
-                                       m::placement_report{"automatic", 0, 0},
-                                       m::placement_report{"by_load", 10, 10}}) {
+  for (const m::placement_report& p :
+       {m::placement_report{"automatic", 10, 5}, m::placement_report{"automatic", 0, 0},
+        m::placement_report{"by_load", 10, 10}}) {
     CAPTURE(p.mode, p.rounds, p.pinned_rounds);
     CHECK(advice_with(p).find("placement") == std::string::npos);
     CHECK_THAT(r.verdict.advice, Catch::Contains("make 'normalize' cheaper"));
@@ -341,31 +346,31 @@ TEST_CASE("verdict: GPU computing all the time -> compute_bound, said to be heal
   REQUIRE(r.verdict.kind == verdict_kind::compute_bound);
   REQUIRE(r.verdict.stage == "gpu");
   REQUIRE(r.verdict.advice.find("healthy") != std::string::npos);
-  REQUIRE(r.verdict.advice.find("more lanes") == std::string::npos);  // kernels 93 %: no overlap hint
+  // kernels 93 %: no overlap hint
+  REQUIRE(r.verdict.advice.find("more lanes") == std::string::npos);
 }
 
-TEST_CASE("verdict: one lane saturated, kernels idle between copies -> compute_bound + lanes hint") {
-  const m::report r = make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.05, 0.0, 0.93},
-       {"batch", stage_kind::batch, 1, 0.04, 0.06, 0.88},
-       {"gpu", stage_kind::gpu, 1, 0.03, 0.02, 0.94},
-       {"write", stage_kind::sink, 1, 0.02, 0.96, 0.0}},
-      {{0.30, 0.60, 0.07}}, 0.60);
+TEST_CASE(
+    "verdict: one lane saturated, kernels idle between copies -> compute_bound + lanes hint") {
+  const m::report r = make_report(10.0,
+                                  {{"read", stage_kind::source, 1, 0.05, 0.0, 0.93},
+                                   {"batch", stage_kind::batch, 1, 0.04, 0.06, 0.88},
+                                   {"gpu", stage_kind::gpu, 1, 0.03, 0.02, 0.94},
+                                   {"write", stage_kind::sink, 1, 0.02, 0.96, 0.0}},
+                                  {{0.30, 0.60, 0.07}}, 0.60);
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::compute_bound);
   REQUIRE(r.verdict.advice.find("more lanes") != std::string::npos);
 }
 
 TEST_CASE("verdict: batches leave on timeout, small, GPU idle -> under_batched") {
-  m::report r = make_report(
-      10.0,
-      {{"input", stage_kind::source, 1, 0.10, 0.85, 0.0},
-       {"normalize", stage_kind::map, 2, 0.05, 0.92, 0.0},
-       {"batch", stage_kind::batch, 1, 0.03, 0.95, 0.0},
-       {"gpu", stage_kind::gpu, 2, 0.02, 0.95, 0.01},
-       {"reply", stage_kind::sink, 1, 0.01, 0.97, 0.0}},
-      {{0.01, 0.05, 0.01}, {0.01, 0.05, 0.01}}, 0.09);
+  m::report r = make_report(10.0,
+                            {{"input", stage_kind::source, 1, 0.10, 0.85, 0.0},
+                             {"normalize", stage_kind::map, 2, 0.05, 0.92, 0.0},
+                             {"batch", stage_kind::batch, 1, 0.03, 0.95, 0.0},
+                             {"gpu", stage_kind::gpu, 2, 0.02, 0.95, 0.01},
+                             {"reply", stage_kind::sink, 1, 0.01, 0.97, 0.0}},
+                            {{0.01, 0.05, 0.01}, {0.01, 0.05, 0.01}}, 0.09);
   r.batching = m::batch_report{64, 6.3, 1000, 930};
   m::complete_report(r);
   INFO(describe(r));
@@ -375,25 +380,22 @@ TEST_CASE("verdict: batches leave on timeout, small, GPU idle -> under_batched")
 }
 
 TEST_CASE("verdict: source busy, everything after it starved -> source_bound") {
-  const m::report r = make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.97, 0.0, 0.01},
-       {"normalize", stage_kind::map, 4, 0.20, 0.78, 0.0},
-       {"batch", stage_kind::batch, 1, 0.03, 0.95, 0.0},
-       {"gpu", stage_kind::gpu, 2, 0.02, 0.90, 0.05},
-       {"write", stage_kind::sink, 1, 0.02, 0.96, 0.0}},
-      {{0.02, 0.10, 0.01}, {0.02, 0.10, 0.01}}, 0.12);
+  const m::report r = make_report(10.0,
+                                  {{"read", stage_kind::source, 1, 0.97, 0.0, 0.01},
+                                   {"normalize", stage_kind::map, 4, 0.20, 0.78, 0.0},
+                                   {"batch", stage_kind::batch, 1, 0.03, 0.95, 0.0},
+                                   {"gpu", stage_kind::gpu, 2, 0.02, 0.90, 0.05},
+                                   {"write", stage_kind::sink, 1, 0.02, 0.96, 0.0}},
+                                  {{0.02, 0.10, 0.01}, {0.02, 0.10, 0.01}}, 0.12);
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::source_bound);
   REQUIRE(r.verdict.stage == "read");
 }
 
 TEST_CASE("verdict: everyone waits for input, source not busy -> source_bound (input-limited)") {
-  const m::report r = make_report(
-      10.0,
-      {{"input", stage_kind::source, 1, 0.08, 0.90, 0.0},
-       {"normalize", stage_kind::map, 2, 0.10, 0.88, 0.0},
-       {"write", stage_kind::sink, 1, 0.05, 0.93, 0.0}});
+  const m::report r = make_report(10.0, {{"input", stage_kind::source, 1, 0.08, 0.90, 0.0},
+                                         {"normalize", stage_kind::map, 2, 0.10, 0.88, 0.0},
+                                         {"write", stage_kind::sink, 1, 0.05, 0.93, 0.0}});
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::source_bound);
   REQUIRE(r.verdict.stage == "input");
@@ -401,14 +403,13 @@ TEST_CASE("verdict: everyone waits for input, source not busy -> source_bound (i
 }
 
 TEST_CASE("verdict: sink saturated, everyone upstream blocked -> sink_bound") {
-  const m::report r = make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.05, 0.0, 0.94},
-       {"normalize", stage_kind::map, 2, 0.30, 0.01, 0.68},
-       {"batch", stage_kind::batch, 1, 0.04, 0.02, 0.93},
-       {"gpu", stage_kind::gpu, 2, 0.03, 0.01, 0.95},
-       {"write", stage_kind::sink, 1, 0.96, 0.03, 0.0}},
-      {{0.05, 0.25, 0.03}, {0.05, 0.25, 0.03}}, 0.30);
+  const m::report r = make_report(10.0,
+                                  {{"read", stage_kind::source, 1, 0.05, 0.0, 0.94},
+                                   {"normalize", stage_kind::map, 2, 0.30, 0.01, 0.68},
+                                   {"batch", stage_kind::batch, 1, 0.04, 0.02, 0.93},
+                                   {"gpu", stage_kind::gpu, 2, 0.03, 0.01, 0.95},
+                                   {"write", stage_kind::sink, 1, 0.96, 0.03, 0.0}},
+                                  {{0.05, 0.25, 0.03}, {0.05, 0.25, 0.03}}, 0.30);
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::sink_bound);
   REQUIRE(r.verdict.stage == "write");
@@ -417,14 +418,13 @@ TEST_CASE("verdict: sink saturated, everyone upstream blocked -> sink_bound") {
 namespace {
 // A one-worker postprocess map after the GPU at capacity; everything before it blocked.
 m::report argmax_bound() {
-  return make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.05, 0.0, 0.94},
-       {"batch", stage_kind::batch, 1, 0.04, 0.02, 0.93},
-       {"gpu", stage_kind::gpu, 2, 0.03, 0.01, 0.95},
-       {"argmax", stage_kind::map, 1, 0.97, 0.02, 0.0},
-       {"write", stage_kind::sink, 1, 0.02, 0.97, 0.0}},
-      {{0.05, 0.25, 0.10}, {0.05, 0.25, 0.10}}, 0.30);
+  return make_report(10.0,
+                     {{"read", stage_kind::source, 1, 0.05, 0.0, 0.94},
+                      {"batch", stage_kind::batch, 1, 0.04, 0.02, 0.93},
+                      {"gpu", stage_kind::gpu, 2, 0.03, 0.01, 0.95},
+                      {"argmax", stage_kind::map, 1, 0.97, 0.02, 0.0},
+                      {"write", stage_kind::sink, 1, 0.02, 0.97, 0.0}},
+                     {{0.05, 0.25, 0.10}, {0.05, 0.25, 0.10}}, 0.30);
 }
 }  // namespace
 
@@ -445,31 +445,28 @@ TEST_CASE("verdict: a postprocess map at capacity on busy cores -> make it cheap
   REQUIRE(r.verdict.kind == verdict_kind::sink_bound);
   REQUIRE(r.verdict.stage == "argmax");
   CHECK(r.verdict.advice.find(".workers(") == std::string::npos);
-  CHECK_THAT(r.verdict.advice, Catch::Contains("make 'argmax' cheaper") &&
-                                   Catch::Contains("of its 1 core busy"));
+  CHECK_THAT(r.verdict.advice,
+             Catch::Contains("make 'argmax' cheaper") && Catch::Contains("of its 1 core busy"));
 }
 
 TEST_CASE("verdict: nothing at capacity, waits spread -> balanced") {
-  const m::report r = make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.60, 0.0, 0.35},
-       {"normalize", stage_kind::map, 2, 0.70, 0.15, 0.12},
-       {"batch", stage_kind::batch, 1, 0.20, 0.45, 0.30},
-       {"gpu", stage_kind::gpu, 2, 0.10, 0.40, 0.45},
-       {"write", stage_kind::sink, 1, 0.65, 0.30, 0.0}},
-      {{0.10, 0.50, 0.05}, {0.10, 0.50, 0.05}}, 0.62);
+  const m::report r = make_report(10.0,
+                                  {{"read", stage_kind::source, 1, 0.60, 0.0, 0.35},
+                                   {"normalize", stage_kind::map, 2, 0.70, 0.15, 0.12},
+                                   {"batch", stage_kind::batch, 1, 0.20, 0.45, 0.30},
+                                   {"gpu", stage_kind::gpu, 2, 0.10, 0.40, 0.45},
+                                   {"write", stage_kind::sink, 1, 0.65, 0.30, 0.0}},
+                                  {{0.10, 0.50, 0.05}, {0.10, 0.50, 0.05}}, 0.62);
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::balanced);
   REQUIRE(r.verdict.stage.empty());
 }
 
 TEST_CASE("verdict: several stages at capacity, nobody waits -> balanced") {
-  m::report r = make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.95, 0.0, 0.03},
-       {"parse", stage_kind::map, 1, 0.96, 0.02, 0.01},
-       {"score", stage_kind::map, 1, 0.95, 0.03, 0.01},
-       {"write", stage_kind::sink, 1, 0.95, 0.04, 0.0}});
+  m::report r = make_report(10.0, {{"read", stage_kind::source, 1, 0.95, 0.0, 0.03},
+                                   {"parse", stage_kind::map, 1, 0.96, 0.02, 0.01},
+                                   {"score", stage_kind::map, 1, 0.95, 0.03, 0.01},
+                                   {"write", stage_kind::sink, 1, 0.95, 0.04, 0.0}});
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::balanced);
   CHECK_THAT(r.verdict.advice, Catch::Contains("workers on each"));
@@ -518,13 +515,12 @@ TEST_CASE("verdict near-miss: the larger of H2D and compute decides") {
 
 TEST_CASE("verdict near-miss: under_batched needs timeouts, small batches and an idle GPU") {
   const auto with = [](m::batch_report b, double lane_compute, double gpu_busy) {
-    m::report r = make_report(
-        10.0,
-        {{"input", stage_kind::source, 1, 0.10, 0.85, 0.0},
-         {"batch", stage_kind::batch, 1, 0.03, 0.95, 0.0},
-         {"gpu", stage_kind::gpu, 2, 0.02, 0.95, 0.01},
-         {"reply", stage_kind::sink, 1, 0.01, 0.97, 0.0}},
-        {{0.01, lane_compute, 0.01}, {0.01, lane_compute, 0.01}}, gpu_busy);
+    m::report r = make_report(10.0,
+                              {{"input", stage_kind::source, 1, 0.10, 0.85, 0.0},
+                               {"batch", stage_kind::batch, 1, 0.03, 0.95, 0.0},
+                               {"gpu", stage_kind::gpu, 2, 0.02, 0.95, 0.01},
+                               {"reply", stage_kind::sink, 1, 0.01, 0.97, 0.0}},
+                              {{0.01, lane_compute, 0.01}, {0.01, lane_compute, 0.01}}, gpu_busy);
     r.batching = b;
     m::complete_report(r);
     return r.verdict.kind;
@@ -540,11 +536,10 @@ TEST_CASE("verdict near-miss: under_batched needs timeouts, small batches and an
 
 TEST_CASE("verdict near-miss: input-limited needs every later stage starved >= 50 %") {
   const auto with = [](double normalize_starved) {
-    return make_report(10.0,
-                       {{"input", stage_kind::source, 1, 0.30, 0.65, 0.0},
-                        {"normalize", stage_kind::map, 2, 0.95 - normalize_starved,
-                         normalize_starved, 0.02},
-                        {"write", stage_kind::sink, 1, 0.30, 0.68, 0.0}})
+    return make_report(10.0, {{"input", stage_kind::source, 1, 0.30, 0.65, 0.0},
+                              {"normalize", stage_kind::map, 2, 0.95 - normalize_starved,
+                               normalize_starved, 0.02},
+                              {"write", stage_kind::sink, 1, 0.30, 0.68, 0.0}})
         .verdict.kind;
   };
   REQUIRE(with(0.55) == verdict_kind::source_bound);
@@ -554,12 +549,10 @@ TEST_CASE("verdict near-miss: input-limited needs every later stage starved >= 5
 TEST_CASE("verdict: of two saturated stages, the one the other waits on is named") {
   // 'decode' at 96 % waits 3 % for room in 'resize''s ring; 'resize' at 90 % is never
   // starved: resize is the one being waited on, even with the lower load.
-  const m::report r = make_report(
-      10.0,
-      {{"read", stage_kind::source, 1, 0.10, 0.0, 0.88},
-       {"decode", stage_kind::map, 2, 0.96, 0.0, 0.03},
-       {"resize", stage_kind::map, 2, 0.90, 0.0, 0.0},
-       {"write", stage_kind::sink, 1, 0.10, 0.88, 0.0}});
+  const m::report r = make_report(10.0, {{"read", stage_kind::source, 1, 0.10, 0.0, 0.88},
+                                         {"decode", stage_kind::map, 2, 0.96, 0.0, 0.03},
+                                         {"resize", stage_kind::map, 2, 0.90, 0.0, 0.0},
+                                         {"write", stage_kind::sink, 1, 0.10, 0.88, 0.0}});
   INFO(describe(r));
   REQUIRE(r.verdict.kind == verdict_kind::cpu_stage_bound);
   REQUIRE(r.verdict.stage == "resize");

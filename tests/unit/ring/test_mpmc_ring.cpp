@@ -197,8 +197,10 @@ TEST_CASE("mpmc_ring: close racing with producers loses no accepted item") {
     for (int p = 0; p < 2; ++p)
       threads.emplace_back([&] {
         for (int i = 0; i < 200; ++i)
-          if (ring.push(1)) accepted.fetch_add(1);
-          else break;
+          if (ring.push(1))
+            accepted.fetch_add(1);
+          else
+            break;
       });
     for (int c = 0; c < 2; ++c)
       threads.emplace_back([&] {

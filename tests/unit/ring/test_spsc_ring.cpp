@@ -76,8 +76,10 @@ TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
     while (auto v = ring.pop()) in_order &= (*v == expected++);
   } else {
     while (expected < n) {
-      if (auto v = ring.try_pop()) in_order &= (*v == expected++);
-      else std::this_thread::yield();
+      if (auto v = ring.try_pop())
+        in_order &= (*v == expected++);
+      else
+        std::this_thread::yield();
     }
   }
   producer.join();
@@ -103,7 +105,7 @@ TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound") {
   CHECK(ring.drain(f, 100) == 2);  // 3, and 4, where f said stop
   CHECK(seen == std::vector<int>{0, 1, 2, 3, 4});
   for (int i = 8; i < 13; ++i) REQUIRE(ring.try_push(std::make_unique<int>(i)));  // the freed slots
-  CHECK_FALSE(ring.try_push(std::make_unique<int>(99)));  // full again
+  CHECK_FALSE(ring.try_push(std::make_unique<int>(99)));                          // full again
   CHECK(ring.drain(f, 100) == 8);
   CHECK(seen.size() == 13);
   CHECK(std::is_sorted(seen.begin(), seen.end()));
@@ -315,8 +317,8 @@ TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
     CHECK(w.wakes() == wakes);
     // This thread waits elsewhere (past the spin): what it put off is due first.
     wait_point other;
-    CHECK_FALSE(other.wait_until([] { return false; },
-                                 std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
+    CHECK_FALSE(other.wait_until(
+        [] { return false; }, std::chrono::steady_clock::now() + std::chrono::milliseconds(100)));
     CHECK(w.wakes() == ++wakes);
     asleep(wait_point::batch_waiter);
     w.notify_now();  // never put off

@@ -73,9 +73,12 @@ static_assert(!std::is_constructible_v<host::stream_ref, int>);
 static_assert(!std::is_constructible_v<host::stream_ref, std::nullptr_t>);
 static_assert(!std::is_default_constructible_v<host::stream_ref>);
 static_assert(std::is_convertible_v<const host::stream&, host::stream_ref>);
-static_assert(!std::is_copy_constructible_v<host::stream> && std::is_nothrow_move_assignable_v<host::stream>);
-static_assert(!std::is_copy_constructible_v<host::event> && std::is_nothrow_move_assignable_v<host::event>);
-static_assert(std::is_nothrow_destructible_v<host::stream> && std::is_nothrow_destructible_v<host::event>);
+static_assert(!std::is_copy_constructible_v<host::stream> &&
+              std::is_nothrow_move_assignable_v<host::stream>);
+static_assert(!std::is_copy_constructible_v<host::event> &&
+              std::is_nothrow_move_assignable_v<host::event>);
+static_assert(std::is_nothrow_destructible_v<host::stream> &&
+              std::is_nothrow_destructible_v<host::event>);
 static_assert(!std::is_convertible_v<event_timing, host::event>, "event(event_timing) is explicit");
 static_assert(!std::is_same_v<host::pinned_span<float>, host::device_span<float>>);
 static_assert(!std::is_convertible_v<host::pinned_span<float>, host::device_span<float>>);
@@ -87,13 +90,15 @@ static_assert(std::is_convertible_v<host::pinned_span<float>, std::span<float>>)
 template <class Dst, class Src, class Stream>
 concept can_copy_async = requires(Dst d, Src src, Stream s) { copy_async(d, src, s); };
 static_assert(can_copy_async<host::device_span<float>, host::pinned_span<float>, host::stream_ref>);
-static_assert(can_copy_async<host::device_span<float>, host::pinned_span<const float>, host::stream>);
+static_assert(
+    can_copy_async<host::device_span<float>, host::pinned_span<const float>, host::stream>);
 static_assert(!can_copy_async<host::device_span<float>, std::vector<float>&, host::stream_ref>,
               "a pageable std::vector must not be accepted by an async copy");
 static_assert(!can_copy_async<host::device_span<float>, float*, host::stream_ref>);
 static_assert(!can_copy_async<host::device_span<float>, std::span<const float>, host::stream_ref>);
 static_assert(!can_copy_async<std::span<float>, host::device_span<const float>, host::stream_ref>);
-static_assert(!can_copy_async<host::device_span<float>, host::pinned_span<double>, host::stream_ref>);
+static_assert(
+    !can_copy_async<host::device_span<float>, host::pinned_span<double>, host::stream_ref>);
 static_assert(conveyor::detail::host_task::fits_inline<four_spans>,
               "a kernel capturing four spans must enqueue without allocating");
 
@@ -182,7 +187,8 @@ TEST_CASE("host stream: a full queue blocks enqueue until the stream catches up,
     }
   }};
   // The queue holds queue_capacity tasks; the producer gets that far and then blocks.
-  while (enqueued.load(std::memory_order_relaxed) < conveyor::detail::host_stream_state::queue_capacity)
+  while (enqueued.load(std::memory_order_relaxed) <
+         conveyor::detail::host_stream_state::queue_capacity)
     std::this_thread::yield();
   const std::size_t before_open = enqueued.load(std::memory_order_relaxed);
   g.open();
@@ -207,7 +213,9 @@ TEST_CASE("host stream: the destructor runs everything queued, then joins") {
 
 // ---- events -------------------------------------------------------------------------
 
-TEST_CASE("host event: never recorded counts as complete, a record completes when the stream reaches it") {
+TEST_CASE(
+    "host event: never recorded counts as complete, a record completes when the stream reaches "
+    "it") {
   host::event never{event_timing::enabled};
   REQUIRE(never.query());
   never.synchronize();
@@ -410,7 +418,8 @@ TEST_CASE("host runtime: bad configuration is refused with a message that says w
 
 // ---- ownership ----------------------------------------------------------------------
 
-TEST_CASE("host handles: move-assignment between two non-empty handles leaks and double-frees nothing") {
+TEST_CASE(
+    "host handles: move-assignment between two non-empty handles leaks and double-frees nothing") {
   using counters = conveyor::detail::host_counters;
   const long streams0 = counters::live_streams(), events0 = counters::live_events(),
              buffers0 = counters::live_buffers();

@@ -57,14 +57,15 @@ class gate {
 
 TEST_CASE("slot_pool: bad sizes are refused at construction with what to change") {
   using Catch::Contains;
-  const auto [slots, in, out, says] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::string>({
-      {0, 8, 8, "slots must be in [1, 65536], got 0"},
-      {65537, 8, 8, "got 65537"},
-      {4, 0, 8, "in_elems and out_elems must be >= 1"},
-      {4, 8, 0, "in_elems and out_elems must be >= 1"},
-      {4, std::size_t{1} << 40, 8, "exceed 1 TiB"},
-      {2, ~std::size_t{0}, 1, "check the units"},
-  }));
+  const auto [slots, in, out, says] =
+      GENERATE(table<std::size_t, std::size_t, std::size_t, std::string>({
+          {0, 8, 8, "slots must be in [1, 65536], got 0"},
+          {65537, 8, 8, "got 65537"},
+          {4, 0, 8, "in_elems and out_elems must be >= 1"},
+          {4, 8, 0, "in_elems and out_elems must be >= 1"},
+          {4, std::size_t{1} << 40, 8, "exceed 1 TiB"},
+          {2, ~std::size_t{0}, 1, "check the units"},
+      }));
   CAPTURE(slots, in, out);
   REQUIRE_THROWS_AS(pool_t(slots, in, out), conveyor::config_error);
   REQUIRE_THROWS_WITH(pool_t(slots, in, out), Contains(says));
@@ -109,7 +110,8 @@ TEST_CASE("slot_pool: slots are distinct, sized and aligned, and owned until rel
   other.release(foreign);
 }
 
-TEST_CASE("slot_pool: a slot is not handed out again before the event behind its last use completes") {
+TEST_CASE(
+    "slot_pool: a slot is not handed out again before the event behind its last use completes") {
   pool_t pool{1, 4, 4};
   gate g;
   host::stream lane;
@@ -285,7 +287,8 @@ TEST_CASE("slot_pool: acquire, release and stream work allocate nothing after co
   const std::uint64_t after = allocations.load(std::memory_order_relaxed);
   REQUIRE(after == before);
   std::uint64_t expected = 0;
-  for (std::uint64_t b = 0; b <= batches; ++b) expected += per_slot * b + per_slot * (per_slot - 1) / 2;
+  for (std::uint64_t b = 0; b <= batches; ++b)
+    expected += per_slot * b + per_slot * (per_slot - 1) / 2;
   REQUIRE(sum == expected);
 }
 

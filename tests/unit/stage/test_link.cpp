@@ -68,24 +68,28 @@ TEST_CASE("pipeline: ordered maps run on lanes exactly where both neighbours kee
   using detail::plan_lanes;
   using lanes4 = std::array<std::size_t, 4>;
   // source -> map x2 ordered -> map x3 ordered -> sink: both maps on lanes.
-  CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{1, 1, 1, 0}, lanes4{0, 2, 3, 1}) == lanes4{0, 2, 3, 0});
+  CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{1, 1, 1, 0}, lanes4{0, 2, 3, 1}) ==
+        lanes4{0, 2, 3, 0});
   // The sink has 2 workers: the map before it cannot deal to them in order; then the one
   // before that has a neighbour that pops with 3 threads, not on lanes: neither runs on
   // lanes.
-  CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{1, 1, 1, 0}, lanes4{0, 2, 3, 2}) == lanes4{0, 0, 0, 0});
+  CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{1, 1, 1, 0}, lanes4{0, 2, 3, 2}) ==
+        lanes4{0, 0, 0, 0});
   // A service's input is pushed by any thread: the first map keeps its reorder window, and
   // its one emitter deals to the second.
   CHECK(plan_lanes(lanes4{0, 2, 3, 0}, lanes4{detail::any_threads, 1, 1, 0}, lanes4{0, 2, 3, 1}) ==
         lanes4{0, 0, 3, 0});
   // An unordered map of 2 (no candidate, pushes from 2 threads) before an ordered one.
-  CHECK(plan_lanes(lanes4{0, 0, 3, 0}, lanes4{1, 2, 1, 0}, lanes4{0, 2, 3, 1}) == lanes4{0, 0, 0, 0});
+  CHECK(plan_lanes(lanes4{0, 0, 3, 0}, lanes4{1, 2, 1, 0}, lanes4{0, 2, 3, 1}) ==
+        lanes4{0, 0, 0, 0});
   // A service's last stage hands its results to one thread.
   using lanes2 = std::array<std::size_t, 2>;
   CHECK(plan_lanes(lanes2{0, 4}, lanes2{1, 1}, lanes2{0, 4}) == lanes2{0, 4});
 }
 
 TEST_CASE("pipeline: a lanes link deals element n from pusher n % P to popper n % C") {
-  for (const auto& [P, C] : {std::pair<std::size_t, std::size_t>{1, 2}, {2, 1}, {2, 2}, {2, 3}, {3, 2}, {4, 6}}) {
+  for (const auto& [P, C] :
+       {std::pair<std::size_t, std::size_t>{1, 2}, {2, 1}, {2, 2}, {2, 3}, {3, 2}, {4, 6}}) {
     CAPTURE(P, C);
     detail::ring_link<std::uint64_t> l{4, {.pushers = P, .poppers = C, .lanes = true}};
     REQUIRE(l.is_lanes());
@@ -120,10 +124,12 @@ TEST_CASE("pipeline: a lanes link deals element n from pusher n % P to popper n 
 }
 
 TEST_CASE("pipeline: a lanes link under P pushing and C popping threads keeps every order") {
-  for (const auto& [P, C] : {std::pair<std::size_t, std::size_t>{1, 3}, {3, 1}, {2, 2}, {2, 3}, {3, 2}}) {
+  for (const auto& [P, C] :
+       {std::pair<std::size_t, std::size_t>{1, 3}, {3, 1}, {2, 2}, {2, 3}, {3, 2}}) {
     CAPTURE(P, C);
     const std::uint64_t n = t::scaled(300'000);
-    detail::ring_link<std::uint64_t> l{8, {.pushers = P, .poppers = C, .lanes = true}};  // small: often full
+    // small: often full
+    detail::ring_link<std::uint64_t> l{8, {.pushers = P, .poppers = C, .lanes = true}};
     std::atomic<std::size_t> pushing{P};
     std::atomic<std::uint64_t> refused{0};
     std::vector<std::uint64_t> bad(C, 0), got(C, 0);
@@ -170,8 +176,8 @@ TEST_CASE("pipeline: a link that can grow moves at a full ring and keeps the ord
     kept.push_back(item(i));
     return blocking ? l.push(value{kept.back()}) : l.try_push(value{kept.back()});
   };
-  std::uint64_t next = 0;      // the next element the consumer should see
-  std::size_t position = 0;    // and its position
+  std::uint64_t next = 0;    // the next element the consumer should see
+  std::size_t position = 0;  // and its position
   const auto pop_in_order = [&](detail::ring_link<value>& l, bool blocking) {
     std::size_t pos = 99;
     auto v = blocking ? l.pop(&pos) : l.try_pop(&pos);
@@ -223,8 +229,7 @@ TEST_CASE("pipeline: a link that can grow moves at a full ring and keeps the ord
     l.grow(false);
     REQUIRE(push(l, 43, true));  // the consumer has not followed: stays in the reserve
     // Left inside when the link goes, in both rings: destroyed with it.
-    for (std::size_t i = 0; i < kept.size(); ++i)
-      CHECK(kept[i].use_count() == (i >= 38 ? 2 : 1));
+    for (std::size_t i = 0; i < kept.size(); ++i) CHECK(kept[i].use_count() == (i >= 38 ? 2 : 1));
   }
   for (const value& v : kept) CHECK(v.use_count() == 1);
   // After a close: the consumer drains both rings, past the switch point, and sees the

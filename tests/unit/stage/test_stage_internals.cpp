@@ -58,7 +58,8 @@ TEST_CASE("latency_samples: readers racing the writer get the right time or none
   // (sanitizers) must not find the race over before they look.
   const auto seq_of_sample = [](std::uint64_t n) {  // the inverse of latency_sample_number
     constexpr std::uint64_t dense = detail::latency_dense_items / 8;
-    constexpr std::uint64_t sparse = (detail::latency_sparse_items - detail::latency_dense_items) / 64;
+    constexpr std::uint64_t sparse =
+        (detail::latency_sparse_items - detail::latency_dense_items) / 64;
     if (n < dense) return 8 * n;
     if (n < dense + sparse) return detail::latency_dense_items + 64 * (n - dense);
     return detail::latency_sparse_items + 256 * (n - dense - sparse);
@@ -84,14 +85,18 @@ TEST_CASE("latency_samples: readers racing the writer get the right time or none
         const std::uint64_t back = rng() % (detail::latency_samples::size + 64);
         const std::uint64_t seq = seq_of_sample(back >= w ? 0 : w - 1 - back);
         const std::int64_t t = table.take(seq);
-        if (t == 0) gone.fetch_add(1, std::memory_order_relaxed);
-        else if (t == time_of(seq)) found.fetch_add(1, std::memory_order_relaxed);
-        else wrong.fetch_add(1, std::memory_order_relaxed);
+        if (t == 0)
+          gone.fetch_add(1, std::memory_order_relaxed);
+        else if (t == time_of(seq))
+          found.fetch_add(1, std::memory_order_relaxed);
+        else
+          wrong.fetch_add(1, std::memory_order_relaxed);
         looks.fetch_add(1, std::memory_order_relaxed);
       }
     });
   while (started.load() < 3) std::this_thread::yield();
-  for (std::uint64_t n = 0; n < min_samples || looks.load(std::memory_order_relaxed) < min_looks; ++n) {
+  for (std::uint64_t n = 0; n < min_samples || looks.load(std::memory_order_relaxed) < min_looks;
+       ++n) {
     table.put(seq_of_sample(n), time_of(seq_of_sample(n)));
     written.store(n + 1, std::memory_order_release);
   }

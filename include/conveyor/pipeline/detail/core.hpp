@@ -96,7 +96,7 @@ class pipeline_core {
   std::vector<stage_info> infos_;
   std::vector<growable_entry> growable_;
   thread_group threads_;
-  std::unique_ptr<load_placer> placer_;                // null: placement left to the OS
+  std::unique_ptr<load_placer> placer_;               // null: placement left to the OS
   std::unique_ptr<metrics::progress_line> progress_;  // null: no progress line
   bool started_ = false, joined_ = false;
   std::int64_t start_ns_ = 0, end_ns_ = 0;

@@ -115,8 +115,9 @@ class service_tickets {
   // The result node's function: settles the item's future or callback with its result.
   void deliver(envelope<Result>&& e) {
     if (!e.metas.empty())
-      throw error("a service pipeline must deliver one result per submitted item; end "
-                  "the chain with unbatch() after a batch");
+      throw error(
+          "a service pipeline must deliver one result per submitted item; end "
+          "the chain with unbatch() after a batch");
     const auto ticket = static_cast<std::uint32_t>(e.meta.id);  // see detail::item_meta
     slot& s = slots_[ticket];
     s.succeed(std::move(e.value));

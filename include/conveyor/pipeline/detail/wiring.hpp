@@ -37,8 +37,8 @@ struct is_sink<sink_stage<F>> : std::true_type {};
 
 // make_node: the running counterpart of each stage kind.
 template <class F>
-auto make_node(source_stage<F>&& s, control& ctl, void*, link<typename source_stage<F>::out_type>* out,
-               latency_recorder*) {
+auto make_node(source_stage<F>&& s, control& ctl, void*,
+               link<typename source_stage<F>::out_type>* out, latency_recorder*) {
   return std::make_unique<source_node<F>>(std::move(s), ctl, out);
 }
 template <class F, class In, class Out>
@@ -68,9 +68,13 @@ auto make_node(sink_stage<F>&& s, control& ctl, link<In>* in, void*, latency_rec
 // How many threads of a stage push to its output ring at the same time, and pop from its
 // input ring at the same time: where both ends of a ring are 1, it is an spsc_ring.
 template <class F>
-std::size_t output_pushers(const source_stage<F>&) { return 1; }
+std::size_t output_pushers(const source_stage<F>&) {
+  return 1;
+}
 template <class T>
-std::size_t output_pushers(const input_stage<T>&) { return any_threads; }  // submit() callers
+std::size_t output_pushers(const input_stage<T>&) {
+  return any_threads;
+}  // submit() callers
 template <class F>
 std::size_t output_pushers(const map_stage<F>& s) {
   return s.is_ordered() ? 1 : s.workers();  // ordered: one emitter at a time
@@ -83,7 +87,9 @@ std::size_t output_pushers(const gpu_stage<R, IE, OE, SI, C, SO>&) {
 }
 
 template <class F>
-std::size_t input_poppers(const map_stage<F>& s) { return s.workers(); }
+std::size_t input_poppers(const map_stage<F>& s) {
+  return s.workers();
+}
 inline std::size_t input_poppers(const batch_stage&) { return 1; }
 inline std::size_t input_poppers(const unbatch_stage&) { return 1; }
 template <class R, class IE, class OE, class SI, class C, class SO>
@@ -91,12 +97,16 @@ std::size_t input_poppers(const gpu_stage<R, IE, OE, SI, C, SO>& s) {
   return s.options().lanes;  // one enqueue thread per lane
 }
 template <class F>
-std::size_t input_poppers(const sink_stage<F>& s) { return s.workers(); }
+std::size_t input_poppers(const sink_stage<F>& s) {
+  return s.workers();
+}
 
 // An ordered map with several workers may run on lanes (detail/link.hpp): each worker
 // its own lane in and out, when the stages on both sides deal and take items in order.
 template <class Stage>
-std::size_t lane_workers(const Stage&) { return 0; }
+std::size_t lane_workers(const Stage&) {
+  return 0;
+}
 template <class F>
 std::size_t lane_workers(const map_stage<F>& s) {
   return s.is_ordered() && s.workers() > 1 ? s.workers() : 0;

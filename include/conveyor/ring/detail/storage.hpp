@@ -21,8 +21,8 @@ template <class Slot>
 class aligned_slots {
  public:
   explicit aligned_slots(std::size_t count)
-      : raw_(static_cast<std::byte*>(::operator new(bytes(count),
-                                                    std::align_val_t{cache_line_size}))) {}
+      : raw_(static_cast<std::byte*>(
+            ::operator new(bytes(count), std::align_val_t{cache_line_size}))) {}
   ~aligned_slots() { ::operator delete(raw_, std::align_val_t{cache_line_size}); }
   aligned_slots(const aligned_slots&) = delete;
   aligned_slots& operator=(const aligned_slots&) = delete;

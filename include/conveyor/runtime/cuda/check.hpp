@@ -44,8 +44,8 @@ inline std::string cuda_api_name(std::string_view expr) {
   (void)cudaGetLastError();  // clear, so the next call does not report this one again
   std::string message = cudaGetErrorString(status);
   if (!context.empty()) message = std::string(context) + ": " + message;
-  throw cuda_error(cuda_api_name(expr), static_cast<int>(status), cudaGetErrorName(status),
-                   message, file, line);
+  throw cuda_error(cuda_api_name(expr), static_cast<int>(status), cudaGetErrorName(status), message,
+                   file, line);
 }
 
 [[noreturn]] inline void throw_cublas_error(cublasStatus_t status, std::string_view expr,
@@ -82,8 +82,8 @@ inline void log_cuda_error(cudaError_t status, const char* expr, const char* fil
   (void)cudaGetLastError();
   if (status == cudaErrorCudartUnloading) return;  // process exit: nothing worth saying
   std::fprintf(stderr, "conveyor: %s failed: %s (%d): %s at %s:%d\n", expr,
-               cudaGetErrorName(status), static_cast<int>(status), cudaGetErrorString(status),
-               file, line);
+               cudaGetErrorName(status), static_cast<int>(status), cudaGetErrorString(status), file,
+               line);
 }
 
 inline void assert_cuda_success(cudaError_t status, const char* expr, const char* file,
@@ -98,8 +98,8 @@ inline void assert_cublas_success(cublasStatus_t status, const char* expr, const
                                   int line) noexcept {
   (void)cudaGetLastError();
   std::fprintf(stderr, "conveyor: %s failed: %s (%d): %s at %s:%d\n", expr,
-               cublasGetStatusName(status), static_cast<int>(status),
-               cublasGetStatusString(status), file, line);
+               cublasGetStatusName(status), static_cast<int>(status), cublasGetStatusString(status),
+               file, line);
 #ifndef NDEBUG
   if (status != CUBLAS_STATUS_NOT_INITIALIZED) std::abort();
 #endif
@@ -108,41 +108,42 @@ inline void assert_cublas_success(cublasStatus_t status, const char* expr, const
 }  // namespace conveyor::detail
 
 // Throws conveyor::cuda_error when expr (a cudaError_t) is not cudaSuccess.
-#define CONVEYOR_CUDA_TRY(expr)                                                        \
-  do {                                                                                 \
-    const cudaError_t conveyor_cuda_status = (expr);                                   \
-    if (conveyor_cuda_status != cudaSuccess)                                           \
+#define CONVEYOR_CUDA_TRY(expr)                                                              \
+  do {                                                                                       \
+    const cudaError_t conveyor_cuda_status = (expr);                                         \
+    if (conveyor_cuda_status != cudaSuccess)                                                 \
       ::conveyor::detail::throw_cuda_error(conveyor_cuda_status, #expr, __FILE__, __LINE__); \
   } while (false)
 
 // For destructors: never throws; logs, and aborts in debug builds unless the context is gone.
-#define CONVEYOR_CUDA_ASSERT(expr)                                                     \
-  do {                                                                                 \
-    const cudaError_t conveyor_cuda_status = (expr);                                   \
-    if (conveyor_cuda_status != cudaSuccess)                                           \
+#define CONVEYOR_CUDA_ASSERT(expr)                                                              \
+  do {                                                                                          \
+    const cudaError_t conveyor_cuda_status = (expr);                                            \
+    if (conveyor_cuda_status != cudaSuccess)                                                    \
       ::conveyor::detail::assert_cuda_success(conveyor_cuda_status, #expr, __FILE__, __LINE__); \
   } while (false)
 
 // For noexcept paths that may fail and carry on: logs to stderr.
-#define CONVEYOR_CUDA_LOG(expr)                                                        \
-  do {                                                                                 \
-    const cudaError_t conveyor_cuda_status = (expr);                                   \
-    if (conveyor_cuda_status != cudaSuccess)                                           \
+#define CONVEYOR_CUDA_LOG(expr)                                                            \
+  do {                                                                                     \
+    const cudaError_t conveyor_cuda_status = (expr);                                       \
+    if (conveyor_cuda_status != cudaSuccess)                                               \
       ::conveyor::detail::log_cuda_error(conveyor_cuda_status, #expr, __FILE__, __LINE__); \
   } while (false)
 
 // Throws conveyor::cuda_error (code: the cublasStatus_t) unless expr is CUBLAS_STATUS_SUCCESS.
-#define CONVEYOR_CUBLAS_TRY(expr)                                                      \
-  do {                                                                                 \
-    const cublasStatus_t conveyor_cublas_status = (expr);                              \
-    if (conveyor_cublas_status != CUBLAS_STATUS_SUCCESS)                               \
+#define CONVEYOR_CUBLAS_TRY(expr)                                                                \
+  do {                                                                                           \
+    const cublasStatus_t conveyor_cublas_status = (expr);                                        \
+    if (conveyor_cublas_status != CUBLAS_STATUS_SUCCESS)                                         \
       ::conveyor::detail::throw_cublas_error(conveyor_cublas_status, #expr, __FILE__, __LINE__); \
   } while (false)
 
 // For destructors: as CONVEYOR_CUDA_ASSERT, for cuBLAS.
-#define CONVEYOR_CUBLAS_ASSERT(expr)                                                   \
-  do {                                                                                 \
-    const cublasStatus_t conveyor_cublas_status = (expr);                              \
-    if (conveyor_cublas_status != CUBLAS_STATUS_SUCCESS)                               \
-      ::conveyor::detail::assert_cublas_success(conveyor_cublas_status, #expr, __FILE__, __LINE__); \
+#define CONVEYOR_CUBLAS_ASSERT(expr)                                                     \
+  do {                                                                                   \
+    const cublasStatus_t conveyor_cublas_status = (expr);                                \
+    if (conveyor_cublas_status != CUBLAS_STATUS_SUCCESS)                                 \
+      ::conveyor::detail::assert_cublas_success(conveyor_cublas_status, #expr, __FILE__, \
+                                                __LINE__);                               \
   } while (false)

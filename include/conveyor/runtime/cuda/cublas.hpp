@@ -35,8 +35,7 @@ class cublas_handle {
     CONVEYOR_CUBLAS_TRY(cublasCreate(&handle_));
     try {
       CONVEYOR_CUBLAS_TRY(cublasSetStream(handle_, s.native()));
-      CONVEYOR_CUBLAS_TRY(
-          cublasSetWorkspace(handle_, workspace_.data(), workspace_.size_bytes()));
+      CONVEYOR_CUBLAS_TRY(cublasSetWorkspace(handle_, workspace_.data(), workspace_.size_bytes()));
     } catch (...) {
       CONVEYOR_CUBLAS_ASSERT(cublasDestroy(std::exchange(handle_, nullptr)));
       throw;

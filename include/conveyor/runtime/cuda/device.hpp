@@ -37,11 +37,12 @@ inline void require_device(int id) {
     detail::throw_cuda_error(status, "cudaGetDeviceCount", __FILE__, __LINE__,
                              "no CUDA device answers (run on a machine with a GPU and a "
                              "working driver, or use conveyor::host::runtime)");
-  CONVEYOR_EXPECTS(n > 0, "no CUDA device answers: cudaGetDeviceCount found 0 devices; use "
-                          "conveyor::host::runtime on machines without a GPU");
-  CONVEYOR_EXPECTS(id >= 0 && id < n, "device " + std::to_string(id) +
-                                          " requested but only " + std::to_string(n) +
-                                          " present (valid ids: 0.." + std::to_string(n - 1) + ")");
+  CONVEYOR_EXPECTS(n > 0,
+                   "no CUDA device answers: cudaGetDeviceCount found 0 devices; use "
+                   "conveyor::host::runtime on machines without a GPU");
+  CONVEYOR_EXPECTS(id >= 0 && id < n, "device " + std::to_string(id) + " requested but only " +
+                                          std::to_string(n) + " present (valid ids: 0.." +
+                                          std::to_string(n - 1) + ")");
 }
 
 // @throws cuda_error

@@ -45,8 +45,7 @@ class event {
     return std::exchange(e_, nullptr);
   }
 
-  event(event&& other) noexcept
-      : e_(std::exchange(other.e_, nullptr)), timing_(other.timing_) {}
+  event(event&& other) noexcept : e_(std::exchange(other.e_, nullptr)), timing_(other.timing_) {}
   event& operator=(event&& other) noexcept {
     if (this != &other) {
       reset();
@@ -82,8 +81,9 @@ class event {
     CONVEYOR_EXPECTS(start.timing_enabled() && end.timing_enabled(),
                      "elapsed_ms: create both events with event_timing::enabled");
     if (!start.query() || !end.query())
-      throw error("elapsed_ms: both events must have completed; synchronize() the end "
-                  "event first");
+      throw error(
+          "elapsed_ms: both events must have completed; synchronize() the end "
+          "event first");
     float ms = 0.0f;
     CONVEYOR_CUDA_TRY(cudaEventElapsedTime(&ms, start.e_, end.e_));
     return ms;

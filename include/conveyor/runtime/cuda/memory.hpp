@@ -41,9 +41,9 @@ inline void check_cuda_pointer_kind(const void* p, std::size_t bytes, bool want_
   if (p == nullptr || bytes == 0) return;
   cudaPointerAttributes attr{};
   CONVEYOR_CUDA_TRY(cudaPointerGetAttributes(&attr, p));
-  const bool ok = want_device ? (attr.type == cudaMemoryTypeDevice ||
-                                 attr.type == cudaMemoryTypeManaged)
-                              : (attr.type == cudaMemoryTypeHost);
+  const bool ok = want_device
+                      ? (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged)
+                      : (attr.type == cudaMemoryTypeHost);
   CONVEYOR_EXPECTS(ok, want_device
                            ? "device_span::from_native: the pointer is not device memory"
                            : "pinned_span::from_native: the pointer is not pinned host memory "
@@ -63,8 +63,9 @@ inline void cuda_memcpy_async(void* dst, const void* src, std::size_t bytes, cud
 }
 
 // An allocation failure names the bytes and the pool, then the CUDA error.
-[[noreturn]] inline void throw_allocation_error(cudaError_t status, const char* api, const char* kind,
-                                                std::size_t bytes, std::string_view label) {
+[[noreturn]] inline void throw_allocation_error(cudaError_t status, const char* api,
+                                                const char* kind, std::size_t bytes,
+                                                std::string_view label) {
   throw_cuda_error(status, api, __FILE__, __LINE__,
                    std::string(kind) + " allocation of " + std::to_string(bytes) +
                        " bytes for pool '" + std::string(label) + "' failed");
@@ -75,7 +76,8 @@ struct cuda_pinned_allocator {
   static void* allocate(std::size_t bytes, std::string_view label) {
     void* p = nullptr;
     const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-    if (status != cudaSuccess) throw_allocation_error(status, "cudaHostAlloc", "pinned", bytes, label);
+    if (status != cudaSuccess)
+      throw_allocation_error(status, "cudaHostAlloc", "pinned", bytes, label);
     cuda_counters::add(cuda_counters::pinned, 1);
     return p;
   }

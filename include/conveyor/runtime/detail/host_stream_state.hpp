@@ -259,7 +259,7 @@ class host_stream_state {
   std::atomic<long> blocked_waits_{0};
   const bool jitter_on_;
   const std::uint64_t max_delay_us_;
-  jitter_rng rng_;     // worker thread only
+  jitter_rng rng_;      // worker thread only
   std::thread worker_;  // started last, in the constructor body
 };
 

@@ -26,9 +26,9 @@ class host_task {
   static constexpr std::size_t inline_capacity = 96;
 
   template <class F>
-  static constexpr bool fits_inline = sizeof(F) <= inline_capacity &&
-                                      alignof(F) <= alignof(std::max_align_t) &&
-                                      std::is_nothrow_move_constructible_v<F>;
+  static constexpr bool fits_inline =
+      sizeof(F) <= inline_capacity && alignof(F) <= alignof(std::max_align_t) &&
+      std::is_nothrow_move_constructible_v<F>;
 
   host_task() noexcept = default;
 
@@ -76,13 +76,12 @@ class host_task {
   }
 
   template <class D>
-  static constexpr ops_table inline_ops{
-      [](void* p, host_stream_state& s) { (*as<D>(p))(s); },
-      [](void* dst, void* src) noexcept {
-        ::new (dst) D(std::move(*as<D>(src)));
-        std::destroy_at(as<D>(src));
-      },
-      [](void* p) noexcept { std::destroy_at(as<D>(p)); }};
+  static constexpr ops_table inline_ops{[](void* p, host_stream_state& s) { (*as<D>(p))(s); },
+                                        [](void* dst, void* src) noexcept {
+                                          ::new (dst) D(std::move(*as<D>(src)));
+                                          std::destroy_at(as<D>(src));
+                                        },
+                                        [](void* p) noexcept { std::destroy_at(as<D>(p)); }};
 
   template <class D>
   static constexpr ops_table boxed_ops{

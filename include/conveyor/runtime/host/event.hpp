@@ -82,8 +82,9 @@ class event {
     const bool done = start.query() && end.query();
     const clock::rep t0 = start.state_->when(), t1 = end.state_->when();
     if (!done || t0 == detail::host_event_state::no_time || t1 == detail::host_event_state::no_time)
-      throw error("elapsed_ms: both events must have been recorded and completed; "
-                  "synchronize() the end event first");
+      throw error(
+          "elapsed_ms: both events must have been recorded and completed; "
+          "synchronize() the end event first");
     return std::chrono::duration<float, std::milli>(clock::duration(t1 - t0)).count();
   }
 

@@ -50,9 +50,9 @@ struct stage_info {
   stage_kind kind = stage_kind::map;
   std::size_t input_capacity = 0;  // 0: no input ring (a source)
   const metrics::stage_stats* stats = nullptr;
-  metrics::gpu_stats* gpu = nullptr;                // the GPU segment's lanes
-  const metrics::batch_stats* batches = nullptr;    // a batch stage's fill
-  std::string_view runtime;                         // the GPU segment's runtime name
+  metrics::gpu_stats* gpu = nullptr;              // the GPU segment's lanes
+  const metrics::batch_stats* batches = nullptr;  // a batch stage's fill
+  std::string_view runtime;                       // the GPU segment's runtime name
 };
 
 // Shared by every stage of one pipeline run.
@@ -140,9 +140,7 @@ class control {
     completions_ = &terminal;
   }
   // Any thread: items delivered by the terminal stage; exact after join.
-  std::uint64_t completed() const noexcept {
-    return completions_ ? completions_->items() : 0;
-  }
+  std::uint64_t completed() const noexcept { return completions_ ? completions_->items() : 0; }
 
   // Registered at construction (before any thread runs): closes a ring, cancels a pool.
   void on_stop(std::function<void()> closer);

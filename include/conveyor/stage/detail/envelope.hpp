@@ -84,8 +84,7 @@ class meta_list {
     std::size_t capacity;
     item_meta* items() noexcept { return reinterpret_cast<item_meta*>(this + 1); }
   };
-  static_assert(std::is_trivially_copyable_v<item_meta> &&
-                sizeof(block) % alignof(item_meta) == 0);
+  static_assert(std::is_trivially_copyable_v<item_meta> && sizeof(block) % alignof(item_meta) == 0);
 
   block* b_ = nullptr;
 };

@@ -31,7 +31,9 @@ inline constexpr std::uint64_t latency_sparse_items = 262144;
 constexpr std::uint32_t latency_sample_weight(std::uint64_t seq) noexcept {
   // Every period is a power of two: a mask. `seq % period` compiled to a 64-bit div on
   // every item.
-  const std::uint32_t period = seq < latency_dense_items ? 8 : seq < latency_sparse_items ? 64 : 256;
+  const std::uint32_t period = seq < latency_dense_items    ? 8
+                               : seq < latency_sparse_items ? 64
+                                                            : 256;
   return (seq & (period - 1)) == 0 ? period : 0;
 }
 

@@ -69,10 +69,10 @@
 #include <cstddef>
 #include <memory>
 #include <numeric>
-#include <vector>
 #include <optional>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/cpu_relax.hpp"
@@ -194,9 +194,9 @@ class ring_link {
   }
   // Blocks while empty; nullopt only when closed and drained. With timing: adds what its
   // waits cost to *timing (see detail::wait_timing).
-  CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr,
-                                           wait_timing* timing = nullptr) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE std::optional<T> pop(
+      std::size_t* position = nullptr,
+      wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     return pop_at(0, position, timing);
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
@@ -260,8 +260,8 @@ class ring_link {
   friend class ring_port<T>;
 
   // The calls of end `end` (a port): with lanes, that end's lane; else the one ring.
-  CONVEYOR_HOT_INLINE bool try_push_at(std::size_t end, T&& v) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE bool try_push_at(std::size_t end,
+                                       T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
     if (spsc_) return grow_ ? grow_->try_push(std::move(v)) : spsc_->try_push(std::move(v));
     if (mpmc_) return mpmc_->try_push(std::move(v));
     return lanes_->try_push(end, std::move(v));
@@ -288,9 +288,9 @@ class ring_link {
     if (mpmc_) return mpmc_->try_pop(position);
     return lanes_->try_pop(end, position);
   }
-  CONVEYOR_HOT_INLINE std::optional<T> pop_at(std::size_t end, std::size_t* position,
-                                              wait_timing* timing) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE std::optional<T> pop_at(
+      std::size_t end, std::size_t* position,
+      wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
     if (grow_) return grow_->pop(position, timing);
     if (spsc_) return spsc_->pop(position, timing);
     if (mpmc_) return mpmc_->pop(position, timing);
@@ -302,8 +302,13 @@ class ring_link {
   // n = c + m * C, from lane (n % P, c). Each end is written by its own thread only.
   struct lane_set {
     lane_set(std::size_t capacity, std::size_t pushers, std::size_t poppers)
-        : P(pushers), C(poppers), push_step(pushers % poppers), pop_step(poppers % pushers),
-          rings(pushers * poppers), pushed(pushers), popped(poppers) {
+        : P(pushers),
+          C(poppers),
+          push_step(pushers % poppers),
+          pop_step(poppers % pushers),
+          rings(pushers * poppers),
+          pushed(pushers),
+          popped(poppers) {
       const std::size_t g = std::gcd(P, C);
       for (std::size_t p = 0; p < P; ++p)
         for (std::size_t c = 0; c < C; ++c)
@@ -325,7 +330,9 @@ class ring_link {
 
     spsc_ring<T>& push_lane(std::size_t p) noexcept { return *rings[p * C + pushed[p].lane]; }
     spsc_ring<T>& pop_lane(std::size_t c) noexcept { return *rings[popped[c].lane * C + c]; }
-    void pushed_one(std::size_t p) noexcept { pushed[p].lane = advance(pushed[p].lane, push_step, C); }
+    void pushed_one(std::size_t p) noexcept {
+      pushed[p].lane = advance(pushed[p].lane, push_step, C);
+    }
     void popped_one(std::size_t c, std::size_t* position) noexcept {
       end_state& e = popped[c];
       if (position) *position = e.n;
@@ -348,8 +355,8 @@ class ring_link {
       pushed_one(p);
       return true;
     }
-    bool push(std::size_t p, T&& v, wait_timing* timing) noexcept(
-        std::is_nothrow_move_constructible_v<T>) {
+    bool push(std::size_t p, T&& v,
+              wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
       if (!push_lane(p).push(std::move(v), timing)) return false;
       pushed_one(p);
       return true;
@@ -362,14 +369,15 @@ class ring_link {
     }
     // nullopt: the lane of this popper's next element is closed and drained. The
     // element does not exist then: its pusher has pushed everything it will.
-    std::optional<T> pop(std::size_t c, std::size_t* position, wait_timing* timing) noexcept(
-        std::is_nothrow_move_constructible_v<T>) {
+    std::optional<T> pop(std::size_t c, std::size_t* position,
+                         wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
       auto v = pop_lane(c).pop(nullptr, timing);
       if (v) popped_one(c, position);
       return v;
     }
-    std::optional<T> pop_until(std::size_t c, std::chrono::steady_clock::time_point deadline) noexcept(
-        std::is_nothrow_move_constructible_v<T>) {
+    std::optional<T> pop_until(std::size_t c,
+                               std::chrono::steady_clock::time_point
+                                   deadline) noexcept(std::is_nothrow_move_constructible_v<T>) {
       auto v = pop_lane(c).pop_until(deadline);
       if (v) popped_one(c, nullptr);
       return v;
@@ -504,8 +512,8 @@ class ring_link {
       switch_at.store(no_switch, std::memory_order_release);
     }
 
-    std::optional<T> pop(std::size_t* position, wait_timing* timing) noexcept(
-        std::is_nothrow_move_constructible_v<T>) {
+    std::optional<T> pop(std::size_t* position,
+                         wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
       for (;;) {
         if (auto v = out->pop_unless([this] { return at_switch(); }, nullptr, timing)) {
           counted(position);
@@ -564,7 +572,7 @@ class ring_link {
     // The producer's count of elements pushed to the link when it last moved; no_switch
     // once the consumer has followed.
     alignas(cache_line_size) std::atomic<std::size_t> switch_at{no_switch};
-    alignas(cache_line_size) spsc_ring<T>* in;  // the producer's
+    alignas(cache_line_size) spsc_ring<T>* in;   // the producer's
     std::size_t pushed = 0;                      // the producer's count
     alignas(cache_line_size) spsc_ring<T>* out;  // the consumer's
     std::atomic<std::size_t> popped{0};          // written by the consumer only
@@ -602,9 +610,9 @@ class ring_port {
       std::is_nothrow_move_constructible_v<T>) {
     return l_->try_pop_at(i_, position);
   }
-  CONVEYOR_HOT_INLINE std::optional<T> pop(std::size_t* position = nullptr,
-                                           wait_timing* timing = nullptr) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE std::optional<T> pop(
+      std::size_t* position = nullptr,
+      wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     return l_->pop_at(i_, position, timing);
   }
   std::size_t size_approx() const noexcept { return l_->size_approx(); }

@@ -37,7 +37,8 @@ class reorder_buffer {
       : window_(window), mask_(window - 1), slots_(window), out_(out), ctl_(ctl) {
     CONVEYOR_EXPECTS(window >= 2 && (window & (window - 1)) == 0,
                      "conveyor internal error: a reorder window must be a power of two >= 2, "
-                     "got " + std::to_string(window) + "; please report it");
+                     "got " +
+                         std::to_string(window) + "; please report it");
   }
 
   // Blocks until position p may be deposited; false if the pipeline is stopping. A wait

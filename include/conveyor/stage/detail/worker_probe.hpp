@@ -42,10 +42,19 @@ class worker_probe {
  public:
   // The probe of worker `worker` of the stage whose counters are `stage`.
   worker_probe(const control& ctl, metrics::stage_stats& stage, std::size_t worker,
-               metrics::trace_track* track, const char* span_name, const char* counter_name) noexcept
-      : on_(ctl.metrics_on), w_(&stage.worker(worker)), clock_(*w_), track_(on_ ? track : nullptr),
-        span_(span_name), counter_(counter_name), registered_(ctl.workers, stage, worker),
-        occupancy_due_(on_), mark_period_(!on_ ? no_marks : track_ != nullptr ? 1 : 64) {}
+               metrics::trace_track* track, const char* span_name,
+               const char* counter_name) noexcept
+      : on_(ctl.metrics_on),
+        w_(&stage.worker(worker)),
+        clock_(*w_),
+        track_(on_ ? track : nullptr),
+        span_(span_name),
+        counter_(counter_name),
+        registered_(ctl.workers, stage, worker),
+        occupancy_due_(on_),
+        mark_period_(!on_                ? no_marks
+                     : track_ != nullptr ? 1
+                                         : 64) {}
   worker_probe(const worker_probe&) = delete;
   worker_probe& operator=(const worker_probe&) = delete;
   ~worker_probe() { before_wait(); }  // the last items' work, when the worker ends
@@ -82,8 +91,7 @@ class worker_probe {
     requires(!std::is_lvalue_reference_v<T>)  // an rvalue: it is moved into the ring
   CONVEYOR_HOT_INLINE bool push(Ring& out, T&& v) {
     if (out.try_push(std::forward<T>(v))) return true;  // moves v only when it succeeds
-    return wait_as(wait_for::room,
-                   [&](wait_timing* t) { return out.push(std::forward<T>(v), t); });
+    return wait_as(wait_for::room, [&](wait_timing* t) { return out.push(std::forward<T>(v), t); });
   }
   // As push(out, T(args...)), but when there is room (the common case) the element is
   // constructed in the ring's slot: no temporary envelope between the stage and the ring.
@@ -252,11 +260,11 @@ class worker_probe {
   }
 
   static constexpr std::uint32_t no_marks = ~std::uint32_t{0};
-  std::uint32_t marks_ = 0;     // with a trace track: for the occupancy sample
-  bool occupancy_due_;          // the next pop samples the occupancy
-  std::uint32_t lazy_ = 0;      // items whose work is not charged yet
-  std::uint32_t mark_period_;   // items between marks (work_done()); no_marks: metrics off
-  std::uint32_t waits_ = 0;  // blocking pops and pushes, for the sample
+  std::uint32_t marks_ = 0;    // with a trace track: for the occupancy sample
+  bool occupancy_due_;         // the next pop samples the occupancy
+  std::uint32_t lazy_ = 0;     // items whose work is not charged yet
+  std::uint32_t mark_period_;  // items between marks (work_done()); no_marks: metrics off
+  std::uint32_t waits_ = 0;    // blocking pops and pushes, for the sample
   std::int64_t round_ns_ = 0;  // learned cost of one spin round of a ring's wait
   std::int64_t pending_starved_ns_ = 0, pending_blocked_ns_ = 0;  // not timed, not charged yet
 };

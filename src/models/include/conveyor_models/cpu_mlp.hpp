@@ -37,8 +37,7 @@ class cpu_mlp {
 
   // The weights: o.weights, or make_weights(o.shape, o.seed) when it is null.
   // @throws conveyor::config_error on a bad shape, zero lanes or zero max_items.
-  explicit cpu_mlp(const mlp_options& o)
-      : options_(o), ref_(weights_of(o), o.prec) {
+  explicit cpu_mlp(const mlp_options& o) : options_(o), ref_(weights_of(o), o.prec) {
     CONVEYOR_EXPECTS(o.lanes >= 1 && o.lanes <= 64, "cpu_mlp: lanes must be in [1, 64]");
     CONVEYOR_EXPECTS(o.max_items >= 1 && o.max_items <= (std::size_t{1} << 20),
                      "cpu_mlp: max_items must be in [1, 2^20]; set it to the largest batch");
@@ -86,18 +85,17 @@ class cpu_mlp {
   }
 
  private:
-  void check(std::size_t in_have, std::size_t in_need, std::size_t out_have,
-             std::size_t out_need, std::size_t items, std::size_t lane) const {
-    CONVEYOR_EXPECTS(lane < scratch_.size(), "cpu_mlp: lane " + std::to_string(lane) +
-                                                 " but the model was built for " +
-                                                 std::to_string(scratch_.size()) +
-                                                 " lanes; set mlp_options::lanes");
+  void check(std::size_t in_have, std::size_t in_need, std::size_t out_have, std::size_t out_need,
+             std::size_t items, std::size_t lane) const {
+    CONVEYOR_EXPECTS(lane < scratch_.size(),
+                     "cpu_mlp: lane " + std::to_string(lane) + " but the model was built for " +
+                         std::to_string(scratch_.size()) + " lanes; set mlp_options::lanes");
     CONVEYOR_EXPECTS(items <= options_.max_items,
                      "cpu_mlp: a batch of " + std::to_string(items) + " items, above max_items " +
                          std::to_string(options_.max_items) + "; raise mlp_options::max_items");
-    CONVEYOR_EXPECTS(in_have >= in_need && out_have >= out_need,
-                     "cpu_mlp: input or output span too small for " + std::to_string(items) +
-                         " items");
+    CONVEYOR_EXPECTS(
+        in_have >= in_need && out_have >= out_need,
+        "cpu_mlp: input or output span too small for " + std::to_string(items) + " items");
   }
 
   mlp_options options_;

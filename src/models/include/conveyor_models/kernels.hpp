@@ -67,8 +67,9 @@ inline void topk_rows_async(conveyor::cuda::device_span<const float> scores, std
                             std::size_t cols, std::size_t k,
                             conveyor::cuda::device_span<std::uint32_t> out,
                             conveyor::cuda::stream_ref s) {
-  CONVEYOR_EXPECTS(cols >= 1 && cols <= max_topk_cols,
-                   "topk_rows_async: cols must be in [1, 1024]; use a segmented sort for wider rows");
+  CONVEYOR_EXPECTS(
+      cols >= 1 && cols <= max_topk_cols,
+      "topk_rows_async: cols must be in [1, 1024]; use a segmented sort for wider rows");
   CONVEYOR_EXPECTS(k >= 1 && k <= cols, "topk_rows_async: k must be in [1, cols]");
   CONVEYOR_EXPECTS(scores.size() >= rows * cols && out.size() >= rows * k,
                    "topk_rows_async: need rows * cols scores and rows * k outputs");

@@ -37,10 +37,14 @@ enum class precision {
 
 constexpr std::string_view to_string(precision p) noexcept {
   switch (p) {
-    case precision::fp32: return "fp32";
-    case precision::tf32: return "tf32";
-    case precision::fp16: return "fp16";
-    case precision::bf16: return "bf16";
+    case precision::fp32:
+      return "fp32";
+    case precision::tf32:
+      return "tf32";
+    case precision::fp16:
+      return "fp16";
+    case precision::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -81,10 +85,10 @@ struct mlp_options {
   mlp_shape shape{};
   precision prec = precision::fp32;
   normalize_params norm{};
-  std::uint64_t seed = 42;       // weights: make_weights(shape, seed)
-  std::size_t lanes = 1;         // per-lane state (scratch, cuBLAS handle): one per gpu lane
-  std::size_t max_items = 256;   // the largest batch forward()/classify() accept
-  bool cuda_graphs = false;      // mlp (CUDA) only: capture each batch shape once, replay it
+  std::uint64_t seed = 42;      // weights: make_weights(shape, seed)
+  std::size_t lanes = 1;        // per-lane state (scratch, cuBLAS handle): one per gpu lane
+  std::size_t max_items = 256;  // the largest batch forward()/classify() accept
+  bool cuda_graphs = false;     // mlp (CUDA) only: capture each batch shape once, replay it
   std::size_t workspace_bytes = std::size_t{4} << 20;  // mlp (CUDA) only: cuBLAS workspace per lane
   // Trained weights (load_mlp in mlp_file.hpp), whose shape must be `shape`; null: the
   // seeded random ones, make_weights(shape, seed).
@@ -126,8 +130,8 @@ void argmax_rows_ref(std::span<const float> scores, std::size_t rows, std::size_
                      std::span<std::uint32_t> out);
 
 // out[r * k + j] = index of the j-th largest score of row r; ties: lower index first.
-void topk_rows_ref(std::span<const float> scores, std::size_t rows, std::size_t cols,
-                   std::size_t k, std::span<std::uint32_t> out);
+void topk_rows_ref(std::span<const float> scores, std::size_t rows, std::size_t cols, std::size_t k,
+                   std::span<std::uint32_t> out);
 
 // The MLP forward pass on the CPU at one precision. Weights are rounded once, here.
 class reference_mlp {
@@ -151,8 +155,7 @@ class reference_mlp {
 
   // normalize -> forward -> argmax: one label per item. Allocates nothing.
   void classify(std::span<const std::uint8_t> pixels, normalize_params norm,
-                std::span<std::uint32_t> labels, std::size_t items,
-                std::span<float> scratch) const;
+                std::span<std::uint32_t> labels, std::size_t items, std::span<float> scratch) const;
   // forward -> argmax from inputs normalized already (on the CPU, by the caller).
   void classify(std::span<const float> normalized, std::span<std::uint32_t> labels,
                 std::size_t items, std::span<float> scratch) const;
