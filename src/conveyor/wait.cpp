@@ -31,7 +31,7 @@ void heavy_barrier() noexcept {
 // timed and untimed case, so every sleeper is reached by futex_wake_all(). Elsewhere:
 // C++20 atomic::wait, and short sleeps for the timed case.
 void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
-                       const wait_clock::time_point* deadline) noexcept {
+                const wait_clock::time_point* deadline) noexcept {
 #if defined(__linux__) && defined(SYS_futex)
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
   timespec rel{};
@@ -100,7 +100,7 @@ std::atomic<bool>& force_symmetric_barrier() noexcept {
 }
 
 void yield_policy::yielded(wait_clock::time_point from, wait_clock::time_point to,
-                         std::int64_t cpu_ns) noexcept {
+                           std::int64_t cpu_ns) noexcept {
   const std::int64_t took = ns(to - from);
   // Every long yield has the next watched_yields yields watched: under load short
   // yields come between the long ones (nothing else was runnable on the core then).
@@ -111,14 +111,13 @@ void yield_policy::yielded(wait_clock::time_point from, wait_clock::time_point t
     if (cpu_ns >= 0 && watch > 0) watch_.store(watch - 1, std::memory_order_relaxed);
     return;
   }
-  if (cpu_ns < 0) return;  // not watched: the next ones are
+  if (cpu_ns < 0) return;      // not watched: the next ones are
   if (cpu_ns >= took) return;  // this process had the core: the yield was progress
   const std::int64_t end = ns(to);
   const std::int64_t quiet = quiet_ns_.load(std::memory_order_relaxed);
   const std::int64_t last = last_lost_.load(std::memory_order_relaxed);
-  const std::int64_t next = end - last > forget_after_quiets * quiet
-                                ? ns(min_quiet)
-                                : std::min(2 * quiet, ns(max_quiet));
+  const std::int64_t next =
+      end - last > forget_after_quiets * quiet ? ns(min_quiet) : std::min(2 * quiet, ns(max_quiet));
   quiet_ns_.store(next, std::memory_order_relaxed);
   last_lost_.store(end, std::memory_order_relaxed);
   quiet_until_.store(end + next, std::memory_order_relaxed);
@@ -264,9 +263,12 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_p
     // wake() (an RMW on waiting_) still sees it. Under load the barrier's IPIs were a
     // tenth of the trivial pipeline's samples, and it ran 15-30% faster without them.
     if (asymmetric_ && !batched) heavy_barrier();
+#if !CONVEYOR_TSAN
     // The partner of notify_if()'s fence where there is no heavy barrier: the waiter's
-    // publication before this point against the notifier's look after its own.
+    // publication before this point against the notifier's look after its own. (Under
+    // TSan notify_if() takes no fence either.)
     if (!asymmetric_) std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
     if (pred()) {  // the flag may stay set: costs one spurious wake, no more
       slow_ended(learn_from_sleep(limit, spun));
       return true;
@@ -298,7 +300,7 @@ void wait_point::notify_batched() noexcept {
 }
 
 wait_clock::time_point wait_point::learn_from_sleep(std::uint32_t limit,
-                                                  wait_clock::time_point spun) noexcept {
+                                                    wait_clock::time_point spun) noexcept {
   constexpr auto short_wait = std::chrono::microseconds(50);
   const wait_clock::time_point now = wait_clock::now();
   if (now - spun < short_wait)

@@ -236,10 +236,15 @@ class wait_point {
     // publication (before its registration) and its pred(): StoreLoad on both sides, a
     // compiler fence here where the waiter pays with membarrier, else a full fence (the
     // waiter's side: the seq_cst fence after its registration in wait_slow()).
-    if (asymmetric_)
+    if (asymmetric_) {
       std::atomic_signal_fence(std::memory_order_seq_cst);
-    else
+    } else {
+#if CONVEYOR_TSAN
+      return wake();  // no fence under TSan: wake()'s RMW orders both sides, every time
+#else
       std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+    }
     if (!may_sleep()) return;
     notify();
   }
