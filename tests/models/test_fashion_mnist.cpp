@@ -176,7 +176,8 @@ TEST_CASE("fashion_mnist: images and labels of different counts, or images not 2
 
 TEST_CASE("mlp_file: weights and normalization round-trip, bit for bit") {
   const temp_dir d;
-  const cm::mlp_shape shape{.input = 12, .hidden = 5, .layers = GENERATE(1, 2, 3), .classes = 3};
+  const cm::mlp_shape shape{
+      .input = 12, .hidden = 5, .layers = GENERATE(as<std::size_t>{}, 1, 2, 3), .classes = 3};
   CAPTURE(shape.layers);
   const cm::mlp_weights w = cm::make_weights(shape, 7);
   cm::save_mlp(d / "w.bin", w, {.mean = 0.25f, .stddev = 0.5f});
