@@ -7,6 +7,9 @@ set -euo pipefail
 conveyor_deps=(cmake ninja-build g++ catch2 libbenchmark-dev libboost-dev
                libreaderwriterqueue-dev libconcurrentqueue-dev libtbb-dev nlohmann-json3-dev
                zlib1g-dev dataset-fashion-mnist)
+# CONVEYOR_DEPS_EXTRA: more packages for the caller (.ci/run: the clang tools).
+read -r -a conveyor_extra <<< "${CONVEYOR_DEPS_EXTRA:-}"
+conveyor_deps+=("${conveyor_extra[@]}")
 missing=()
 for p in "${conveyor_deps[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
