@@ -220,19 +220,6 @@ void tbb_trivial(benchmark::State& state) {
 // pause and a yield every 64 failed tries. pinned: the threads in runs of neighbours, two
 // per CPU (what conveyor's placement does with four equal stages on two cores); else
 // wherever the OS puts them.
-class bare_backoff {
- public:
-  void operator()() noexcept {
-    if (++fails_ % 64 == 0)
-      std::this_thread::yield();
-    else
-      conveyor::detail::cpu_relax();
-  }
-
- private:
-  unsigned fails_ = 0;
-};
-
 void pin_to(unsigned cpu) noexcept {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -248,11 +235,11 @@ void bare_trivial(benchmark::State& state, bool pinned) {
     trivial_check check{trivial_expected};
     ring a{capacity}, b{capacity}, c{capacity};
     const auto push = [](ring& r, item v) {
-      bare_backoff wait;
+      bench::backoff wait;
       while (!r.try_push(v)) wait();
     };
     const auto pop = [](ring& r) {
-      bare_backoff wait;
+      bench::backoff wait;
       item v = 0;
       while (!r.try_pop(v)) wait();
       return v;

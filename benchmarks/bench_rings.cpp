@@ -151,21 +151,7 @@ double run_pinned(std::vector<job> jobs) {
   return std::chrono::duration<double>(end - start).count();
 }
 
-// The "try" path's wait: pause, and every 64th failure yield, so a spinning thread hands a
-// shared core to the thread it waits for (mpmc2x2 runs 4 threads on 2 cores).
-class backoff {
- public:
-  void operator()() noexcept {
-    if (++fails_ % 64 == 0)
-      std::this_thread::yield();
-    else
-      conveyor::detail::cpu_relax();
-  }
-
- private:
-  unsigned fails_ = 0;
-};
-
+using bench::backoff;
 enum class path { try_, block };
 
 // Per-thread state of a queue; most queues need none. moodycamel::ConcurrentQueue's

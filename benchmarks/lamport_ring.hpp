@@ -1,7 +1,8 @@
 // benchmarks/lamport_ring.hpp: the benchmarks' reference SPSC ring: Lamport's ring with
 // cached indices (the algorithm and layout of rigtorp's SPSCQueue, written here), try
 // calls only, whose layout is a parameter. bench_rings compares conveyor's rings with it;
-// bench_pipeline's bare chain runs four threads over it.
+// bench_pipeline's bare chain runs four threads over it. backoff: the wait their try
+// loops share.
 //
 //   bench::lamport_ring<std::uint64_t, 64> q{1024};   // each side on its own 64-byte line
 //   while (!q.try_push(v)) backoff();
@@ -15,8 +16,27 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <thread>
+
+#include "conveyor/base/cpu_relax.hpp"
 
 namespace bench {
+
+// A failed try's wait: pause, and every 64th failure yield, so a spinning thread hands a
+// shared core to the thread it waits for (4 threads on 2 cores in bench_rings' mpmc2x2
+// and bench_pipeline's bare chain).
+class backoff {
+ public:
+  void operator()() noexcept {
+    if (++fails_ % 64 == 0)
+      std::this_thread::yield();
+    else
+      conveyor::detail::cpu_relax();
+  }
+
+ private:
+  unsigned fails_ = 0;
+};
 
 template <class E, std::size_t Align>
 class lamport_ring {
