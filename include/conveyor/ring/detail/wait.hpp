@@ -229,7 +229,10 @@ class wait_point {
   // that orders the notifier's publication before it, so a waiter it says false for
   // re-checks its pred() after that publication and does not sleep. Saves the look at
   // waiting_ on every call where the answer is no. A waiter that sleeps without the heavy
-  // barrier (batched) may be missed here, as by notify(): it has the backstop.
+  // barrier (batched) may be missed here, as by notify(): it has the backstop. A batched
+  // waiter's wake-up, put off until batch notifies, sees one notify per opening of the
+  // gate (a ring that was full): it comes when the notifier waits itself (which flushes
+  // what it put off) or at the backstop.
   template <class MaySleep>
   CONVEYOR_HOT_INLINE void notify_if(MaySleep&& may_sleep) noexcept {
     // Dekker between our publication and may_sleep()'s load, against the waiter's
