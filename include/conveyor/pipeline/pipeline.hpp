@@ -113,7 +113,7 @@ class pipeline<chain<Bound...>> {
   // Service mode: hands x to the pipeline; the future holds its result, or the error
   // that stopped the pipeline, or closed_error if it was cancelled. Each call allocates
   // the future's shared state; submit(x, done) does not.
-  // @note blocks while the pipeline is full (backpressure).
+  // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
   // @throws closed_error when the pipeline is not running.
   std::future<result_type> submit(input_type x)
     requires service
@@ -138,8 +138,8 @@ class pipeline<chain<Bound...>> {
   // from submit() to done without one. From inside done, follow-up items go in with
   // try_submit() (submit() could wait for a ticket that only this thread frees), and
   // stop() / wait() must not be called (they join this thread).
-  // @note blocks while the pipeline is full (backpressure).
-  // @throws closed_error when the pipeline is not running (done is not called).
+  // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
+  // @throws closed_error as submit(x) (done is not called).
   template <class Done>
     requires service
   void submit(input_type x, Done&& done) {
@@ -149,9 +149,10 @@ class pipeline<chain<Bound...>> {
   }
 
   // As submit(x) and submit(x, done), but never wait for room: when the pipeline already
-  // holds as many items as it takes (1024), they refuse — nullopt, or false — and leave
-  // x as it was (it is moved from only when accepted), so a server can shed load or retry.
-  // @throws closed_error when the pipeline is not running.
+  // holds as many items as it takes (input<T>().capacity(), 1024 unless set), they
+  // refuse — nullopt, or false — and leave x as it was (it is moved from only when
+  // accepted), so a server can shed load or retry.
+  // @throws closed_error as submit(x).
   std::optional<std::future<result_type>> try_submit(input_type&& x)
     requires service
   {
@@ -295,31 +296,42 @@ class pipeline<chain<Bound...>> {
   };
   using nodes_t = typename node_tuple<std::make_index_sequence<n_stages>>::type;
 
-  // A slot in the input ring for every ticket: try_submit() relies on it.
-  static constexpr std::size_t service_tickets_n = 1024;
-
   struct state {
     state(chain<Bound...>&& c, const pipeline_options& o)
         : core(o),
-          rings(make_rings(o, c.stages, std::make_index_sequence<n_rings>{})),
+          input_capacity(checked_input_capacity(c.stages)),
+          rings(make_rings(o, c.stages, input_capacity, std::make_index_sequence<n_rings>{})),
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})) {
       detail::control& ctl = core.ctl();
       register_rings(std::make_index_sequence<n_rings>{});
       add_stages(std::make_index_sequence<n_stages>{});
       if constexpr (service) {
-        tickets.emplace(service_tickets_n, ctl);
+        tickets.emplace(input_capacity, ctl);
         result.reset(new result_node_t("results", 1, result_deliver{&*tickets}, ctl,
                                        std::get<n_rings - 1>(rings).get(), &core.latency()));
         core.add_stage(result->info());
       }
     }
 
+    // A service's input<T>().capacity(): its tickets, and a slot in the input ring for
+    // each (try_submit() relies on it). 0 for a source pipeline.
+    // @throws config_error unless it is a power of two in [2, 2^30].
+    static std::size_t checked_input_capacity(const stages_t& s) {
+      if constexpr (service) {
+        const std::size_t n = std::get<0>(s).stage.capacity();
+        detail::check_service_capacity(n);
+        return n;
+      } else {
+        return 0;
+      }
+    }
+
     template <std::size_t... I>
     static rings_t make_rings(const pipeline_options& o, const stages_t& s,
-                              std::index_sequence<I...>) {
+                              std::size_t input_capacity, std::index_sequence<I...>) {
       const auto lanes = plan_lanes(s);
       return rings_t{std::make_unique<detail::link<out_t<I>>>(
-          I == 0 && service ? service_tickets_n : o.ring_capacity, ring_ends<I>(s, lanes),
+          I == 0 && service ? input_capacity : o.ring_capacity, ring_ends<I>(s, lanes),
           I == 0 && service ? 0 : ring_reserve<out_t<I>>(o))...};
     }
     // The room ring_growth gives a ring of T: only where its slots are small (see
@@ -395,6 +407,7 @@ class pipeline<chain<Bound...>> {
     // First, so destroyed last: the stages and rings register with its control, and its
     // threads use them until they are joined.
     detail::pipeline_core core;
+    const std::size_t input_capacity;  // a service's; before rings, which it sizes
     rings_t rings;
     nodes_t nodes;
     // A service's tickets and result node; nothing for the others.

@@ -2,6 +2,7 @@
 // item holds one from submit() until its result, its error or its cancellation reaches
 // the caller's future or callback, exactly once.
 //
+//   detail::check_service_capacity(n);                      // config_error unless it fits
 //   detail::service_tickets<request, response> desk{1024, ctl};
 //   std::uint32_t t = desk.take();                          // blocks while all are out
 //   desk.enter(t, std::move(x), arm, input_link, ctl);      // the item goes in under t
@@ -21,10 +22,12 @@
 #include <functional>
 #include <future>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/base/error.hpp"
 #include "conveyor/base/outcome.hpp"
 #include "conveyor/base/power_of_two.hpp"
@@ -34,6 +37,16 @@
 #include "conveyor/stage/detail/link.hpp"
 
 namespace conveyor::detail {
+
+// input<T>().capacity(n): how many items a service holds at once (its tickets, and the
+// slots of its input ring). @throws config_error unless n is a power of two in [2, 2^30].
+inline void check_service_capacity(std::size_t n) {
+  CONVEYOR_EXPECTS(n >= 2 && n <= max_ring_capacity && is_power_of_two(n),
+                   "conveyor::input<T>().capacity(n): n is how many items the service holds at "
+                   "once and must be a power of two in [2, 2^30], got " +
+                       std::to_string(n) + "; pass " + std::to_string(next_power_of_two(n)) +
+                       " (or leave it out: 1024)");
+}
 
 template <class In, class Result>
 class service_tickets {
@@ -59,7 +72,8 @@ class service_tickets {
     }
   };
 
-  // `tickets` items may be inside at once; the input ring must have a slot for each.
+  // `tickets` items may be inside at once (see check_service_capacity()); the input ring
+  // must have a slot for each.
   service_tickets(std::size_t tickets, control& ctl)
       : free_(next_power_of_two(tickets)), slots_(tickets) {
     ctl.use_tickets(slots_.size());
