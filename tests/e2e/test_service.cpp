@@ -1,5 +1,6 @@
 // Service pipelines (input<T>(), submit, try_submit) end to end on the host: the input's
-// capacity bounds what the service holds.
+// capacity bounds what the service holds, and after a stage fails every accepted item is
+// settled at once, without stop() or wait(), and a later submit() says why it refuses.
 // (Submitting, draining and cancelling in general: test_pipeline.cpp; error paths at
 // every stage position: test_errors.cpp; allocation per item: test_service_alloc.cpp.)
 #include "conveyor/pipeline.hpp"
@@ -134,4 +135,145 @@ TEST_CASE("service: a capacity that is not a power of two >= 2 fails at construc
   // The default and a valid one build.
   REQUIRE_NOTHROW(pipeline{input<int>() | map([](int x) { return x; })});
   REQUIRE_NOTHROW(pipeline{input<int>().capacity(8) | map([](int x) { return x; })});
+}
+
+TEST_CASE("service: after a stage fails every accepted item is settled without stop() or wait()") {
+  // Four clients submit ids 0, 1, 2, ... (each takes the next) until refused; the map
+  // throws on id k. Every item accepted is settled exactly once — with its result, the
+  // error that stopped the pipeline (the stage_error for id k, which id k's own item
+  // gets too), or closed_error if the stopping pipeline refused it as it went in — and
+  // all of them before anyone calls stop() or wait().
+  const std::size_t workers = GENERATE(1u, 2u);
+  const bool callbacks = GENERATE(false, true);
+  CAPTURE(workers, callbacks);
+  constexpr std::uint64_t k = 300;
+  constexpr int clients = 4;
+  constexpr std::uint64_t max_ids = 50000;  // a bound: clients stop once refused
+  pipeline svc{input<std::uint64_t>() |
+               map([](std::uint64_t x) {
+                 if (x == k) throw boom{x};
+                 return 2 * x;
+               })
+                   .workers(workers)
+                   .name("thrower") |
+               map([](std::uint64_t x) { return x + 1; }).name("plus one")};
+  svc.start();
+
+  // What each id got, written by whichever thread settles it (callbacks) or read from
+  // its future (futures). settles[id] counts the callback's calls.
+  std::vector<std::optional<outcome<std::uint64_t>>> got(max_ids);
+  std::vector<std::atomic<int>> settles(max_ids);
+  std::atomic<std::uint64_t> settled{0};
+  std::vector<std::future<std::uint64_t>> futures(max_ids);
+  std::vector<std::uint8_t> accepted(max_ids, 0);  // each id written by one client
+  std::vector<std::string> refusals(clients);
+  std::atomic<std::uint64_t> next{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&, c] {
+      for (;;) {
+        const std::uint64_t id = next.fetch_add(1);
+        if (id >= max_ids) return;
+        try {
+          if (callbacks) {
+            svc.submit(std::uint64_t{id}, [&, id](outcome<std::uint64_t> r) noexcept {
+              got[id] = std::move(r);
+              settles[id].fetch_add(1);
+              settled.fetch_add(1);  // after got[id]: the reader below waits for it
+            });
+          } else {
+            futures[id] = svc.submit(std::uint64_t{id});
+          }
+          accepted[id] = 1;
+        } catch (const closed_error& e) {
+          refusals[static_cast<std::size_t>(c)] = e.what();
+          return;
+        }
+      }
+    });
+  for (auto& th : threads) th.join();
+  std::uint64_t n_accepted = 0;
+  for (std::uint8_t a : accepted) n_accepted += a;
+  REQUIRE(accepted[k] == 1);      // no refusal comes before id k has failed
+  REQUIRE(n_accepted < max_ids);  // the failure stopped the clients
+
+  // Every item is settled, and neither stop() nor wait() has been called.
+  if (callbacks) {
+    const auto deadline = std::chrono::steady_clock::now() + hang_guard;
+    while (settled.load() < n_accepted && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    REQUIRE(settled.load() == n_accepted);
+  } else {
+    for (std::uint64_t id = 0; id < max_ids; ++id) {
+      if (accepted[id] == 0) continue;
+      CAPTURE(id);
+      REQUIRE(futures[id].wait_for(hang_guard) == std::future_status::ready);
+      try {
+        got[id] = outcome<std::uint64_t>::success(futures[id].get());
+      } catch (...) {
+        got[id] = outcome<std::uint64_t>::failure(std::current_exception());
+      }
+    }
+  }
+
+  // What each item got.
+  std::uint64_t values = 0, stage_errors = 0, closed = 0;
+  std::set<std::uint64_t> failed_items;  // the item numbers the stage_errors name
+  for (std::uint64_t id = 0; id < max_ids; ++id) {
+    if (accepted[id] == 0) {
+      REQUIRE_FALSE(got[id].has_value());  // refused: never settled
+      continue;
+    }
+    CAPTURE(id);
+    REQUIRE(got[id].has_value());
+    try {
+      const std::uint64_t v = got[id]->value();  // rethrows the item's error
+      CHECK(v == 2 * id + 1);
+      CHECK(id != k);
+      ++values;
+    } catch (const stage_error& e) {
+      ++stage_errors;
+      CHECK(e.stage() == "thrower");
+      failed_items.insert(e.item());
+      CHECK_THROWS_MATCHES(e.rethrow_nested(), boom,
+                           Catch::Predicate<boom>([](const boom& b) { return b.item == k; }));
+    } catch (const closed_error& e) {  // the stopping pipeline's input refused it
+      ++closed;
+      CHECK(id != k);  // id k was taken: it failed in the stage
+      CHECK_THAT(e.what(), Contains("stopped before the item was accepted"));
+    }
+  }
+  // Id k's own item got the stage's error, and every stage_error is that one.
+  REQUIRE(got[k].has_value());
+  REQUIRE_FALSE(got[k]->has_value());
+  REQUIRE_THROWS_AS(got[k]->value(), stage_error);
+  REQUIRE(failed_items.size() == 1);
+  const std::uint64_t failed_item = *failed_items.begin();
+  CHECK(failed_item < n_accepted);
+
+  // Each client was refused with why the pipeline stopped, and so is a new call.
+  const std::string why = "the pipeline stopped because stage 'thrower' failed on item " +
+                          std::to_string(failed_item) + ": boom on " + std::to_string(k);
+  for (const std::string& r : refusals) CHECK_THAT(r, Contains("submit() refused: " + why));
+  REQUIRE_THROWS_AS(svc.submit(std::uint64_t{1}), closed_error);
+  REQUIRE_THROWS_WITH(svc.submit(std::uint64_t{1}), Contains("submit() refused: " + why));
+  REQUIRE_THROWS_WITH(svc.try_submit(std::uint64_t{1}), Contains("try_submit() refused: " + why));
+  REQUIRE_THROWS_WITH(
+      svc.submit(std::uint64_t{1},
+                 [&](outcome<std::uint64_t>) noexcept { settled.fetch_add(1000000); }),
+      Contains(why));
+
+  // stop() rethrows the failure; the report accounts for every item; nothing was
+  // settled twice (a refused call's callback never runs).
+  REQUIRE_THROWS_AS(svc.stop(stop_mode::drain), stage_error);
+  const conveyor::report r = svc.report();
+  require_conserved(r);
+  CHECK(r.produced == n_accepted);
+  CHECK(r.failed == 1);
+  CHECK(r.completed == values);
+  CHECK(r.failed + r.cancelled == stage_errors + closed);
+  if (callbacks) {
+    REQUIRE(settled.load() == n_accepted);
+    for (std::uint64_t id = 0; id < max_ids; ++id) REQUIRE(settles[id].load() == accepted[id]);
+  }
 }

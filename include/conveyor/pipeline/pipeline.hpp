@@ -13,7 +13,10 @@
 // Lifecycle: the first exception in any stage stops the pipeline (rings closed, blocked
 // threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
 // names the stage and the item and nests the original exception — after every thread has
-// joined. Accounting always holds: produced == completed + failed + cancelled.
+// joined. Accounting always holds: produced == completed + failed + cancelled. In a
+// service, the items that will get no result are settled as soon as it stops (their
+// futures and callbacks do not wait for stop() or wait()), and a later submit() throws
+// closed_error saying why it stopped.
 // Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
 // of small items may grow by pipeline_options::ring_growth, see pipeline/growth.hpp).
 // Hops: a ring with one thread at each end is an spsc_ring, any other an mpmc_ring, and
@@ -111,15 +114,17 @@ class pipeline<chain<Bound...>> {
   }
 
   // Service mode: hands x to the pipeline; the future holds its result, or the error
-  // that stopped the pipeline, or closed_error if it was cancelled. Each call allocates
-  // the future's shared state; submit(x, done) does not.
+  // that stopped the pipeline, or closed_error if it was cancelled. It is ready as soon
+  // as the pipeline has stopped, whether or not stop() or wait() is called. Each call
+  // allocates the future's shared state; submit(x, done) does not.
   // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
-  // @throws closed_error when the pipeline is not running.
+  // @throws closed_error when the pipeline is not running: not started, or stopped (the
+  // message names the stage and item whose failure stopped it).
   std::future<result_type> submit(input_type x)
     requires service
   {
     std::future<result_type> fut;
-    enter(take_ticket(), std::move(x), [&fut](ticket_slot& slot) {
+    enter(take_ticket("submit()"), std::move(x), [&fut](ticket_slot& slot) {
       slot.promise = std::promise<result_type>{};
       fut = slot.promise.get_future();
     });
@@ -129,9 +134,10 @@ class pipeline<chain<Bound...>> {
   // Service mode, with a callback instead of a future: done(conveyor::outcome<result>)
   // is called exactly once per accepted call, with the item's result, or the error that
   // stopped the pipeline, or closed_error if the item was cancelled. It runs on the
-  // pipeline's result thread when the item completes; for an item that does not, on the
-  // thread that settles it (the one in stop() or wait(), or this one if the pipeline
-  // stopped before taking the item). done must be noexcept (nothing could catch what it
+  // pipeline's result thread when the item completes; for an item that will not, as
+  // soon as the pipeline stops, on the result thread (or on this one, for an item the
+  // stopping pipeline did not take; or on the thread in stop(), wait() or the destructor
+  // if the result thread never ran). done must be noexcept (nothing could catch what it
   // throws) and copyable (it is kept in a std::function); one that fits std::function's
   // small buffer (with libstdc++: trivially copyable, up to 16 bytes, e.g. a lambda
   // capturing two pointers or references) costs no allocation: with it, an item goes
@@ -144,7 +150,7 @@ class pipeline<chain<Bound...>> {
     requires service
   void submit(input_type x, Done&& done) {
     check_done<Done>();
-    enter(take_ticket(), std::move(x),
+    enter(take_ticket("submit()"), std::move(x),
           [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
   }
 
@@ -156,7 +162,7 @@ class pipeline<chain<Bound...>> {
   std::optional<std::future<result_type>> try_submit(input_type&& x)
     requires service
   {
-    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    const std::optional<std::uint32_t> ticket = try_take_ticket("try_submit()");
     if (!ticket) return std::nullopt;
     std::future<result_type> fut;
     enter(*ticket, std::move(x), [&fut](ticket_slot& slot) {
@@ -169,7 +175,7 @@ class pipeline<chain<Bound...>> {
     requires service
   [[nodiscard]] bool try_submit(input_type&& x, Done&& done) {
     check_done<Done>();
-    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    const std::optional<std::uint32_t> ticket = try_take_ticket("try_submit()");
     if (!ticket) return false;
     enter(*ticket, std::move(x),
           [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
@@ -257,9 +263,12 @@ class pipeline<chain<Bound...>> {
   // The result end of a service pipeline: settles each item's future or callback.
   struct result_deliver {
     tickets_t* tickets;
+    const detail::control* ctl;
     void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
       tickets->deliver(std::move(e));
     }
+    // The result node's one worker delivers no more: what is still out fails now.
+    void stopped_delivering() const noexcept { tickets->stop_delivering(*ctl); }
   };
   using result_node_t = detail::terminal_node<out_t<n_stages - 1>, result_deliver>;
   struct none {};
@@ -307,7 +316,7 @@ class pipeline<chain<Bound...>> {
       add_stages(std::make_index_sequence<n_stages>{});
       if constexpr (service) {
         tickets.emplace(input_capacity, ctl);
-        result.reset(new result_node_t("results", 1, result_deliver{&*tickets}, ctl,
+        result.reset(new result_node_t("results", 1, result_deliver{&*tickets, &ctl}, ctl,
                                        std::get<n_rings - 1>(rings).get(), &core.latency()));
         core.add_stage(result->info());
       }
@@ -438,24 +447,43 @@ class pipeline<chain<Bound...>> {
 
   // submit()'s first half: a free ticket, which bounds the items in flight.
   // @note blocks while every ticket is out. @throws closed_error when not running.
-  std::uint32_t take_ticket() {
-    require_running();
+  std::uint32_t take_ticket(const char* call) {
+    require_running(call);
     const std::optional<std::uint32_t> ticket = state_->tickets->take();
-    if (!ticket) throw closed_error("conveyor::pipeline: submit() after stop()");
+    if (!ticket) refuse(call);  // the pipeline stopped while this call waited
     return *ticket;
   }
   // try_submit()'s: nullopt when every ticket is out. With a ticket, enter() does not
   // wait for room either: the input ring has a slot per ticket (its push may only wait
   // out another thread's pop of that slot, already under way).
-  std::optional<std::uint32_t> try_take_ticket() {
-    require_running();
-    return state_->tickets->try_take();
+  std::optional<std::uint32_t> try_take_ticket(const char* call) {
+    require_running(call);
+    std::optional<std::uint32_t> ticket = state_->tickets->try_take();
+    // No ticket because the pipeline stopped (the free list closed) is not "full".
+    if (!ticket && stopping()) refuse(call);
+    return ticket;
   }
-  void require_running() const {
+  void require_running(const char* call) const {
+    if (!state_->core.started())
+      throw closed_error(std::string("conveyor::pipeline: ") + call + " before start()");
+    if (stopping()) refuse(call);
+  }
+  // Whether the service takes no more: its input was closed (stop(drain)) or it stopped
+  // (stop(cancel), or a stage failed).
+  bool stopping() const noexcept {
     const state& st = *state_;
-    // acquire: pairs with close_input().
-    if (!st.core.started() || st.input_closed.load(std::memory_order_acquire))
-      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
+    // acquire: pairs with close_input()'s release store. is_stopping() (acquire) pairs
+    // with the acq_rel exchange in control::stop(), which a failure's capture precedes:
+    // a caller that sees the stop also sees the error that caused it (refuse()).
+    return st.input_closed.load(std::memory_order_acquire) || st.core.ctl().is_stopping();
+  }
+  // @throws closed_error for `call` on a stopped service, saying why it stopped.
+  [[noreturn]] void refuse(const char* call) const {
+    const std::string why = detail::failure_reason(state_->core.ctl());
+    if (why.empty())
+      throw closed_error(std::string("conveyor::pipeline: ") + call + " after stop()");
+    throw closed_error(std::string("conveyor::pipeline: ") + call +
+                       " refused: the pipeline stopped " + why);
   }
 
   // submit()'s second half (see service_tickets::enter()).
