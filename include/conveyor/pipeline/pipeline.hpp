@@ -16,7 +16,8 @@
 // joined. Accounting always holds: produced == completed + failed + cancelled. In a
 // service, the items that will get no result are settled as soon as it stops (their
 // futures and callbacks do not wait for stop() or wait()), and a later submit() throws
-// closed_error saying why it stopped.
+// closed_error saying why it stopped. A moved-from pipeline throws closed_error from
+// every call that needs its state; a pipeline runs once (run() or start(), then wait()).
 // Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
 // of small items may grow by pipeline_options::ring_growth, see pipeline/growth.hpp).
 // Hops: a ring with one thread at each end is an spsc_ring, any other an mpmc_ring, and
@@ -89,26 +90,34 @@ class pipeline<chain<Bound...>> {
       : state_(std::make_unique<state>(std::move(c), options)) {}
 
   pipeline(pipeline&&) noexcept = default;
-  pipeline& operator=(pipeline&&) noexcept = default;
-  ~pipeline() {
-    if (state_ && state_->core.started() && !state_->core.joined()) {
-      state_->core.ctl().stop();
-      finish_threads();
+  // A started pipeline that is assigned over is first stopped and joined, as if it were
+  // destroyed.
+  pipeline& operator=(pipeline&& other) noexcept {
+    if (this != &other) {
+      shut_down();
+      state_ = std::move(other.state_);
     }
+    return *this;
   }
+  ~pipeline() { shut_down(); }
 
   // Runs a finite source to its end. Rethrows the first stage failure after joining.
   // @note blocks the calling thread until every stage has finished.
+  // @throws closed_error if the pipeline already ran (or was started, or moved from).
   conveyor::report run()
     requires(!service)
   {
+    if (live("run()").core.started())
+      throw closed_error(
+          "conveyor::pipeline: run() called twice (or after start()): a pipeline runs "
+          "once; build a new one to run again");
     start();
     return wait();
   }
 
-  // Starts every stage's threads. @throws closed_error if already started.
+  // Starts every stage's threads. @throws closed_error if already started (or moved from).
   void start() {
-    state_->core.start([this](detail::thread_group& threads) {
+    live("start()").core.start([this](detail::thread_group& threads) {
       start_nodes(threads, std::make_index_sequence<n_stages>{});
     });
   }
@@ -118,8 +127,8 @@ class pipeline<chain<Bound...>> {
   // as the pipeline has stopped, whether or not stop() or wait() is called. Each call
   // allocates the future's shared state; submit(x, done) does not.
   // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
-  // @throws closed_error when the pipeline is not running: not started, or stopped (the
-  // message names the stage and item whose failure stopped it).
+  // @throws closed_error when the pipeline is not running: not started, stopped (the
+  // message names the stage and item whose failure stopped it), or moved from.
   std::future<result_type> submit(input_type x)
     requires service
   {
@@ -186,7 +195,8 @@ class pipeline<chain<Bound...>> {
   // completes; cancel: stages stop at once, what is inside counts as cancelled.
   // @note blocks until every thread has joined. Rethrows a stage failure.
   conveyor::report stop(stop_mode mode) {
-    if (!state_->core.started()) throw closed_error("conveyor::pipeline: stop() before start()");
+    if (!live("stop()").core.started())
+      throw closed_error("conveyor::pipeline: stop() before start()");
     if (mode == stop_mode::cancel) {
       state_->core.ctl().stop();
     } else {
@@ -198,7 +208,8 @@ class pipeline<chain<Bound...>> {
   // Waits for the pipeline to finish (a finite source ends, or stop() was called).
   // @note blocks the calling thread. Rethrows the first stage failure, after joining.
   conveyor::report wait() {
-    if (!state_->core.started()) throw closed_error("conveyor::pipeline: wait() before start()");
+    if (!live("wait()").core.started())
+      throw closed_error("conveyor::pipeline: wait() before start()");
     finish_threads();
     state_->core.ctl().error.rethrow_if_any();
     return this->report();
@@ -208,7 +219,7 @@ class pipeline<chain<Bound...>> {
   // compute / D2H time, GPU busy fraction, latency percentiles, throughput, the item
   // accounting and the verdict naming the bottleneck. Callable while running (a
   // snapshot of the run so far) and after it (final). Not a hot path: it allocates.
-  conveyor::report report() const { return state_->core.make_report(); }
+  conveyor::report report() const { return live("report()").core.make_report(); }
 
   // The trace as Chrome trace-event JSON (Perfetto, chrome://tracing): per stage worker
   // a track of busy spans and input-ring occupancy counters; per lane a track of batch >
@@ -216,15 +227,15 @@ class pipeline<chain<Bound...>> {
   // threads. Callable during the run (the most recent events; see counters/trace.hpp)
   // and after it (exact). Not a hot path: it allocates.
   // @throws conveyor::error when the pipeline was built without trace_events.
-  void write_trace(std::ostream& os) const { state_->core.write_trace(os); }
+  void write_trace(std::ostream& os) const { live("write_trace()").core.write_trace(os); }
   // @throws conveyor::error when the file cannot be written, or as write_trace(ostream&).
-  void write_trace(const std::string& path) const { state_->core.write_trace(path); }
-  std::string trace_json() const { return state_->core.trace_json(); }
+  void write_trace(const std::string& path) const { live("write_trace()").core.write_trace(path); }
+  std::string trace_json() const { return live("trace_json()").core.trace_json(); }
   // True when the pipeline records a trace (pipeline_options::trace_events > 0).
-  bool tracing() const noexcept { return state_->core.tracing(); }
+  bool tracing() const noexcept { return state_ && state_->core.tracing(); }
 
-  // A snapshot: exact once the pipeline has stopped.
-  item_counts counts() const noexcept { return state_->core.counts(); }
+  // A snapshot: exact once the pipeline has stopped (all zero for a moved-from one).
+  item_counts counts() const noexcept { return state_ ? state_->core.counts() : item_counts{}; }
 
  private:
   // What submit(x, done) and try_submit(x, done) require of done, said at the call.
@@ -445,6 +456,15 @@ class pipeline<chain<Bound...>> {
     }
   }
 
+  // The state, for `call`. @throws closed_error on a moved-from pipeline.
+  state& live(const char* call) const {
+    if (!state_)
+      throw closed_error(std::string("conveyor::pipeline: ") + call +
+                         " on a moved-from pipeline: its stages and threads went to the "
+                         "pipeline it was moved to; call that one");
+    return *state_;
+  }
+
   // submit()'s first half: a free ticket, which bounds the items in flight.
   // @note blocks while every ticket is out. @throws closed_error when not running.
   std::uint32_t take_ticket(const char* call) {
@@ -464,7 +484,7 @@ class pipeline<chain<Bound...>> {
     return ticket;
   }
   void require_running(const char* call) const {
-    if (!state_->core.started())
+    if (!live(call).core.started())
       throw closed_error(std::string("conveyor::pipeline: ") + call + " before start()");
     if (stopping()) refuse(call);
   }
@@ -492,6 +512,14 @@ class pipeline<chain<Bound...>> {
     state& st = *state_;
     st.tickets->enter(ticket, std::move(x), std::forward<Arm>(arm), *std::get<0>(st.rings),
                       st.core.ctl());
+  }
+
+  // What the destructor does: a started pipeline is stopped (cancel) and joined.
+  void shut_down() noexcept {
+    if (state_ && state_->core.started() && !state_->core.joined()) {
+      state_->core.ctl().stop();
+      finish_threads();
+    }
   }
 
   // Joins every thread, then accounts for whatever is still inside as cancelled.
