@@ -154,11 +154,14 @@ TEST_CASE("lifecycle: a running pipeline assigned over is stopped and joined fir
     p.start();
     std::vector<std::future<int>> futures;
     for (int i = 0; i < 20; ++i) futures.push_back(p.submit(int{i}));
+    // The gate opens as the assignment starts, before or after its cancel: either way
+    // the held item ends, and so does the join.
+    std::atomic<bool> assigning{false};
     std::thread opener{[&] {
-      while (futures.back().wait_for(std::chrono::seconds(0)) != std::future_status::ready)
-        std::this_thread::yield();  // the cancel has settled the queued items
-      release.store(true);          // let the held one go, so the join ends
+      while (!assigning.load()) std::this_thread::yield();
+      release.store(true);
     }};
+    assigning.store(true);
     p = gated();  // cancel, join: every item is settled, with its result or closed_error
     opener.join();
     for (auto& f : futures) {

@@ -14,9 +14,9 @@
 // threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
 // names the stage and the item and nests the original exception — after every thread has
 // joined. Accounting always holds: produced == completed + failed + cancelled. In a
-// service, the items that will get no result are settled as soon as it stops (their
-// futures and callbacks do not wait for stop() or wait()), and a later submit() throws
-// closed_error saying why it stopped. A moved-from pipeline throws closed_error from
+// service that a stage's failure stopped, the items that will get no result are settled
+// at once (their futures and callbacks do not wait for stop() or wait()), and a later
+// submit() throws closed_error saying why it stopped. A moved-from pipeline throws closed_error from
 // every call that needs its state; a pipeline runs once (run() or start(), then wait()).
 // Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
 // of small items may grow by pipeline_options::ring_growth, see pipeline/growth.hpp).
@@ -123,9 +123,9 @@ class pipeline<chain<Bound...>> {
   }
 
   // Service mode: hands x to the pipeline; the future holds its result, or the error
-  // that stopped the pipeline, or closed_error if it was cancelled. It is ready as soon
-  // as the pipeline has stopped, whether or not stop() or wait() is called. Each call
-  // allocates the future's shared state; submit(x, done) does not.
+  // that stopped the pipeline, or closed_error if it was cancelled. Once a stage's
+  // failure has stopped the pipeline it is ready, whether or not stop() or wait() is
+  // called. Each call allocates the future's shared state; submit(x, done) does not.
   // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
   // @throws closed_error when the pipeline is not running: not started, stopped (the
   // message names the stage and item whose failure stopped it), or moved from.
@@ -143,10 +143,10 @@ class pipeline<chain<Bound...>> {
   // Service mode, with a callback instead of a future: done(conveyor::outcome<result>)
   // is called exactly once per accepted call, with the item's result, or the error that
   // stopped the pipeline, or closed_error if the item was cancelled. It runs on the
-  // pipeline's result thread when the item completes; for an item that will not, as
-  // soon as the pipeline stops, on the result thread (or on this one, for an item the
-  // stopping pipeline did not take; or on the thread in stop(), wait() or the destructor
-  // if the result thread never ran). done must be noexcept (nothing could catch what it
+  // pipeline's result thread when the item completes; for an item that will not, on the
+  // result thread as soon as a stage's failure stops the pipeline, else on the thread
+  // in stop(), wait() or the destructor (or on this one, for an item the stopping
+  // pipeline did not take). done must be noexcept (nothing could catch what it
   // throws) and copyable (it is kept in a std::function); one that fits std::function's
   // small buffer (with libstdc++: trivially copyable, up to 16 bytes, e.g. a lambda
   // capturing two pointers or references) costs no allocation: with it, an item goes
@@ -278,7 +278,7 @@ class pipeline<chain<Bound...>> {
     void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
       tickets->deliver(std::move(e));
     }
-    // The result node's one worker delivers no more: what is still out fails now.
+    // The result node's one worker delivers no more: after a failure, the rest fail now.
     void stopped_delivering() const noexcept { tickets->stop_delivering(*ctl); }
   };
   using result_node_t = detail::terminal_node<out_t<n_stages - 1>, result_deliver>;

@@ -7,14 +7,17 @@
 //   std::uint32_t t = desk.take();                          // blocks while all are out
 //   desk.enter(t, std::move(x), arm, input_link, ctl);      // the item goes in under t
 //   desk.deliver(std::move(result_envelope));               // the result node's function
-//   desk.stop_delivering(ctl);                              // its last act: the rest fail
-//   desk.settle_rest(ctl);                                  // after join: the same again
+//   desk.stop_delivering(ctl);                              // its last act: after a failure,
+//                                                           // the rest fail now
+//   desk.settle_rest(ctl);                                  // after join: the rest fail
 //
-// Settling: the result node delivers each result while it runs. Once it ends (the
-// pipeline failed, was cancelled or drained), no item still out will get a result, so it
-// settles them all at once, with the error that stopped the pipeline or closed_error: a
-// client's future does not wait for stop() or wait(). An item entering while that
-// happens is settled by exactly one of its enter() and stop_delivering() (see enter()).
+// Settling: the result node delivers each result while it runs. Once it ends because a
+// stage failed, no item still out will get a result, so it settles them all at once with
+// that failure: a client's future does not wait for stop() or wait(). An item entering
+// while that happens is settled by exactly one of its enter() and stop_delivering() (see
+// enter()). After a stop() or a drain, the thread in stop() or wait() settles what is
+// left once every thread has joined (settle_rest()): by then an item that was failing as
+// the stop came has recorded its failure, and gets it rather than closed_error.
 //
 // Thread-safety: take(), try_take() and enter() from any number of submitting threads;
 // deliver() and then stop_delivering() from the result node's one thread; settle_rest()
@@ -153,10 +156,11 @@ class service_tickets {
       return;
     }
     // seq_cst: the load half of the pair above. true: the result node delivers no more
-    // (it stored settling_ after its last delivery; this load, reading that store,
-    // acquires it), and its pass over the tickets may have missed this one. The item
-    // stays in the ring until the threads join (then counted as cancelled), and its
-    // ticket out of circulation (the free list is closed by then, or about to be).
+    // (settling_ is stored after its last delivery, by it or after join; this load,
+    // reading that store, acquires it), and that pass over the tickets may have missed
+    // this one. The item stays in the ring until the threads join (then counted as
+    // cancelled), and its ticket out of circulation (the free list is closed by then,
+    // or about to be).
     if (settling_.load(std::memory_order_seq_cst)) settle(s, [&ctl] { return stop_error(ctl); });
   }
 
@@ -176,11 +180,29 @@ class service_tickets {
     free_.push(std::uint32_t{ticket});
   }
 
-  // The result node's last act, on its thread once it delivers no more (the pipeline
-  // failed, was cancelled, or drained its last item): every item still out will never
-  // get a result, so each is settled now with the error that stopped the pipeline, or
-  // closed_error when nothing failed (cancelled).
+  // The result node's last act, on its thread once it delivers no more. If a stage
+  // failed, every item still out will never get a result: each is settled now with that
+  // failure. Otherwise (a stop(), a drain) settle_rest() settles the rest after join.
   void stop_delivering(const control& ctl) noexcept {
+    // The failure is visible here if it stopped the pipeline: its capture precedes the
+    // stop (control::fail_current()) that this thread saw, by the acquire of the
+    // stopping flag or of a closed ring, before it stopped delivering. (Were it not,
+    // settle_rest() would still settle every item, only later.)
+    if (ctl.error.failed()) settle_now(ctl);
+  }
+
+  // After every stage thread has joined: closes the free list and settles what is still
+  // out with the error that stopped the pipeline, or closed_error (cancelled).
+  void settle_rest(const control& ctl) noexcept {
+    free_.close();
+    settle_now(ctl);
+  }
+
+  std::size_t size() const noexcept { return slots_.size(); }
+
+ private:
+  // Settles every item still out (see stop_delivering() and settle_rest()).
+  void settle_now(const control& ctl) noexcept {
     // seq_cst: the store half of the pair with enter() (see there): an enter() whose
     // store of in_use this pass does not see will see this store, and settle its item.
     settling_.store(true, std::memory_order_seq_cst);
@@ -192,16 +214,6 @@ class service_tickets {
         settle(s, [&] { return why ? why : (why = stop_error(ctl)); });
   }
 
-  // After every stage thread has joined: closes the free list and settles what is still
-  // out as stop_delivering() does (a result node that never ran left it all).
-  void settle_rest(const control& ctl) noexcept {
-    free_.close();
-    stop_delivering(ctl);
-  }
-
-  std::size_t size() const noexcept { return slots_.size(); }
-
- private:
   // The error a stranded item gets: the first stage failure, or closed_error.
   static std::exception_ptr stop_error(const control& ctl) {
     if (std::exception_ptr e = ctl.error.get()) return e;
