@@ -13,7 +13,11 @@
 // Lifecycle: the first exception in any stage stops the pipeline (rings closed, blocked
 // threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
 // names the stage and the item and nests the original exception — after every thread has
-// joined. Accounting always holds: produced == completed + failed + cancelled.
+// joined. Accounting always holds: produced == completed + failed + cancelled. In a
+// service that a stage's failure stopped, the items that will get no result are settled
+// at once (their futures and callbacks do not wait for stop() or wait()), and a later
+// submit() throws closed_error saying why it stopped. A moved-from pipeline throws closed_error from
+// every call that needs its state; a pipeline runs once (run() or start(), then wait()).
 // Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
 // of small items may grow by pipeline_options::ring_growth, see pipeline/growth.hpp).
 // Hops: a ring with one thread at each end is an spsc_ring, any other an mpmc_ring, and
@@ -86,40 +90,50 @@ class pipeline<chain<Bound...>> {
       : state_(std::make_unique<state>(std::move(c), options)) {}
 
   pipeline(pipeline&&) noexcept = default;
-  pipeline& operator=(pipeline&&) noexcept = default;
-  ~pipeline() {
-    if (state_ && state_->core.started() && !state_->core.joined()) {
-      state_->core.ctl().stop();
-      finish_threads();
+  // A started pipeline that is assigned over is first stopped and joined, as if it were
+  // destroyed.
+  pipeline& operator=(pipeline&& other) noexcept {
+    if (this != &other) {
+      shut_down();
+      state_ = std::move(other.state_);
     }
+    return *this;
   }
+  ~pipeline() { shut_down(); }
 
   // Runs a finite source to its end. Rethrows the first stage failure after joining.
   // @note blocks the calling thread until every stage has finished.
+  // @throws closed_error if the pipeline already ran (or was started, or moved from).
   conveyor::report run()
     requires(!service)
   {
+    if (live("run()").core.started())
+      throw closed_error(
+          "conveyor::pipeline: run() called twice (or after start()): a pipeline runs "
+          "once; build a new one to run again");
     start();
     return wait();
   }
 
-  // Starts every stage's threads. @throws closed_error if already started.
+  // Starts every stage's threads. @throws closed_error if already started (or moved from).
   void start() {
-    state_->core.start([this](detail::thread_group& threads) {
+    live("start()").core.start([this](detail::thread_group& threads) {
       start_nodes(threads, std::make_index_sequence<n_stages>{});
     });
   }
 
   // Service mode: hands x to the pipeline; the future holds its result, or the error
-  // that stopped the pipeline, or closed_error if it was cancelled. Each call allocates
-  // the future's shared state; submit(x, done) does not.
-  // @note blocks while the pipeline is full (backpressure).
-  // @throws closed_error when the pipeline is not running.
+  // that stopped the pipeline, or closed_error if it was cancelled. Once a stage's
+  // failure has stopped the pipeline it is ready, whether or not stop() or wait() is
+  // called. Each call allocates the future's shared state; submit(x, done) does not.
+  // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
+  // @throws closed_error when the pipeline is not running: not started, stopped (the
+  // message names the stage and item whose failure stopped it), or moved from.
   std::future<result_type> submit(input_type x)
     requires service
   {
     std::future<result_type> fut;
-    enter(take_ticket(), std::move(x), [&fut](ticket_slot& slot) {
+    enter(take_ticket("submit()"), std::move(x), [&fut](ticket_slot& slot) {
       slot.promise = std::promise<result_type>{};
       fut = slot.promise.get_future();
     });
@@ -129,33 +143,35 @@ class pipeline<chain<Bound...>> {
   // Service mode, with a callback instead of a future: done(conveyor::outcome<result>)
   // is called exactly once per accepted call, with the item's result, or the error that
   // stopped the pipeline, or closed_error if the item was cancelled. It runs on the
-  // pipeline's result thread when the item completes; for an item that does not, on the
-  // thread that settles it (the one in stop() or wait(), or this one if the pipeline
-  // stopped before taking the item). done must be noexcept (nothing could catch what it
+  // pipeline's result thread when the item completes; for an item that will not, on the
+  // result thread as soon as a stage's failure stops the pipeline, else on the thread
+  // in stop(), wait() or the destructor (or on this one, for an item the stopping
+  // pipeline did not take). done must be noexcept (nothing could catch what it
   // throws) and copyable (it is kept in a std::function); one that fits std::function's
   // small buffer (with libstdc++: trivially copyable, up to 16 bytes, e.g. a lambda
   // capturing two pointers or references) costs no allocation: with it, an item goes
   // from submit() to done without one. From inside done, follow-up items go in with
   // try_submit() (submit() could wait for a ticket that only this thread frees), and
   // stop() / wait() must not be called (they join this thread).
-  // @note blocks while the pipeline is full (backpressure).
-  // @throws closed_error when the pipeline is not running (done is not called).
+  // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
+  // @throws closed_error as submit(x) (done is not called).
   template <class Done>
     requires service
   void submit(input_type x, Done&& done) {
     check_done<Done>();
-    enter(take_ticket(), std::move(x),
+    enter(take_ticket("submit()"), std::move(x),
           [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
   }
 
   // As submit(x) and submit(x, done), but never wait for room: when the pipeline already
-  // holds as many items as it takes (1024), they refuse — nullopt, or false — and leave
-  // x as it was (it is moved from only when accepted), so a server can shed load or retry.
-  // @throws closed_error when the pipeline is not running.
+  // holds as many items as it takes (input<T>().capacity(), 1024 unless set), they
+  // refuse — nullopt, or false — and leave x as it was (it is moved from only when
+  // accepted), so a server can shed load or retry.
+  // @throws closed_error as submit(x).
   std::optional<std::future<result_type>> try_submit(input_type&& x)
     requires service
   {
-    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    const std::optional<std::uint32_t> ticket = try_take_ticket("try_submit()");
     if (!ticket) return std::nullopt;
     std::future<result_type> fut;
     enter(*ticket, std::move(x), [&fut](ticket_slot& slot) {
@@ -168,7 +184,7 @@ class pipeline<chain<Bound...>> {
     requires service
   [[nodiscard]] bool try_submit(input_type&& x, Done&& done) {
     check_done<Done>();
-    const std::optional<std::uint32_t> ticket = try_take_ticket();
+    const std::optional<std::uint32_t> ticket = try_take_ticket("try_submit()");
     if (!ticket) return false;
     enter(*ticket, std::move(x),
           [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
@@ -179,7 +195,8 @@ class pipeline<chain<Bound...>> {
   // completes; cancel: stages stop at once, what is inside counts as cancelled.
   // @note blocks until every thread has joined. Rethrows a stage failure.
   conveyor::report stop(stop_mode mode) {
-    if (!state_->core.started()) throw closed_error("conveyor::pipeline: stop() before start()");
+    if (!live("stop()").core.started())
+      throw closed_error("conveyor::pipeline: stop() before start()");
     if (mode == stop_mode::cancel) {
       state_->core.ctl().stop();
     } else {
@@ -191,7 +208,8 @@ class pipeline<chain<Bound...>> {
   // Waits for the pipeline to finish (a finite source ends, or stop() was called).
   // @note blocks the calling thread. Rethrows the first stage failure, after joining.
   conveyor::report wait() {
-    if (!state_->core.started()) throw closed_error("conveyor::pipeline: wait() before start()");
+    if (!live("wait()").core.started())
+      throw closed_error("conveyor::pipeline: wait() before start()");
     finish_threads();
     state_->core.ctl().error.rethrow_if_any();
     return this->report();
@@ -201,7 +219,7 @@ class pipeline<chain<Bound...>> {
   // compute / D2H time, GPU busy fraction, latency percentiles, throughput, the item
   // accounting and the verdict naming the bottleneck. Callable while running (a
   // snapshot of the run so far) and after it (final). Not a hot path: it allocates.
-  conveyor::report report() const { return state_->core.make_report(); }
+  conveyor::report report() const { return live("report()").core.make_report(); }
 
   // The trace as Chrome trace-event JSON (Perfetto, chrome://tracing): per stage worker
   // a track of busy spans and input-ring occupancy counters; per lane a track of batch >
@@ -209,15 +227,15 @@ class pipeline<chain<Bound...>> {
   // threads. Callable during the run (the most recent events; see counters/trace.hpp)
   // and after it (exact). Not a hot path: it allocates.
   // @throws conveyor::error when the pipeline was built without trace_events.
-  void write_trace(std::ostream& os) const { state_->core.write_trace(os); }
+  void write_trace(std::ostream& os) const { live("write_trace()").core.write_trace(os); }
   // @throws conveyor::error when the file cannot be written, or as write_trace(ostream&).
-  void write_trace(const std::string& path) const { state_->core.write_trace(path); }
-  std::string trace_json() const { return state_->core.trace_json(); }
+  void write_trace(const std::string& path) const { live("write_trace()").core.write_trace(path); }
+  std::string trace_json() const { return live("trace_json()").core.trace_json(); }
   // True when the pipeline records a trace (pipeline_options::trace_events > 0).
-  bool tracing() const noexcept { return state_->core.tracing(); }
+  bool tracing() const noexcept { return state_ && state_->core.tracing(); }
 
-  // A snapshot: exact once the pipeline has stopped.
-  item_counts counts() const noexcept { return state_->core.counts(); }
+  // A snapshot: exact once the pipeline has stopped (all zero for a moved-from one).
+  item_counts counts() const noexcept { return state_ ? state_->core.counts() : item_counts{}; }
 
  private:
   // What submit(x, done) and try_submit(x, done) require of done, said at the call.
@@ -256,9 +274,12 @@ class pipeline<chain<Bound...>> {
   // The result end of a service pipeline: settles each item's future or callback.
   struct result_deliver {
     tickets_t* tickets;
+    const detail::control* ctl;
     void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
       tickets->deliver(std::move(e));
     }
+    // The result node's one worker delivers no more: after a failure, the rest fail now.
+    void stopped_delivering() const noexcept { tickets->stop_delivering(*ctl); }
   };
   using result_node_t = detail::terminal_node<out_t<n_stages - 1>, result_deliver>;
   struct none {};
@@ -295,31 +316,42 @@ class pipeline<chain<Bound...>> {
   };
   using nodes_t = typename node_tuple<std::make_index_sequence<n_stages>>::type;
 
-  // A slot in the input ring for every ticket: try_submit() relies on it.
-  static constexpr std::size_t service_tickets_n = 1024;
-
   struct state {
     state(chain<Bound...>&& c, const pipeline_options& o)
         : core(o),
-          rings(make_rings(o, c.stages, std::make_index_sequence<n_rings>{})),
+          input_capacity(checked_input_capacity(c.stages)),
+          rings(make_rings(o, c.stages, input_capacity, std::make_index_sequence<n_rings>{})),
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})) {
       detail::control& ctl = core.ctl();
       register_rings(std::make_index_sequence<n_rings>{});
       add_stages(std::make_index_sequence<n_stages>{});
       if constexpr (service) {
-        tickets.emplace(service_tickets_n, ctl);
-        result.reset(new result_node_t("results", 1, result_deliver{&*tickets}, ctl,
+        tickets.emplace(input_capacity, ctl);
+        result.reset(new result_node_t("results", 1, result_deliver{&*tickets, &ctl}, ctl,
                                        std::get<n_rings - 1>(rings).get(), &core.latency()));
         core.add_stage(result->info());
       }
     }
 
+    // A service's input<T>().capacity(): its tickets, and a slot in the input ring for
+    // each (try_submit() relies on it). 0 for a source pipeline.
+    // @throws config_error unless it is a power of two in [2, 2^30].
+    static std::size_t checked_input_capacity(const stages_t& s) {
+      if constexpr (service) {
+        const std::size_t n = std::get<0>(s).stage.capacity();
+        detail::check_service_capacity(n);
+        return n;
+      } else {
+        return 0;
+      }
+    }
+
     template <std::size_t... I>
     static rings_t make_rings(const pipeline_options& o, const stages_t& s,
-                              std::index_sequence<I...>) {
+                              std::size_t input_capacity, std::index_sequence<I...>) {
       const auto lanes = plan_lanes(s);
       return rings_t{std::make_unique<detail::link<out_t<I>>>(
-          I == 0 && service ? service_tickets_n : o.ring_capacity, ring_ends<I>(s, lanes),
+          I == 0 && service ? input_capacity : o.ring_capacity, ring_ends<I>(s, lanes),
           I == 0 && service ? 0 : ring_reserve<out_t<I>>(o))...};
     }
     // The room ring_growth gives a ring of T: only where its slots are small (see
@@ -395,6 +427,7 @@ class pipeline<chain<Bound...>> {
     // First, so destroyed last: the stages and rings register with its control, and its
     // threads use them until they are joined.
     detail::pipeline_core core;
+    const std::size_t input_capacity;  // a service's; before rings, which it sizes
     rings_t rings;
     nodes_t nodes;
     // A service's tickets and result node; nothing for the others.
@@ -423,26 +456,54 @@ class pipeline<chain<Bound...>> {
     }
   }
 
+  // The state, for `call`. @throws closed_error on a moved-from pipeline.
+  state& live(const char* call) const {
+    if (!state_)
+      throw closed_error(std::string("conveyor::pipeline: ") + call +
+                         " on a moved-from pipeline: its stages and threads went to the "
+                         "pipeline it was moved to; call that one");
+    return *state_;
+  }
+
   // submit()'s first half: a free ticket, which bounds the items in flight.
   // @note blocks while every ticket is out. @throws closed_error when not running.
-  std::uint32_t take_ticket() {
-    require_running();
+  std::uint32_t take_ticket(const char* call) {
+    require_running(call);
     const std::optional<std::uint32_t> ticket = state_->tickets->take();
-    if (!ticket) throw closed_error("conveyor::pipeline: submit() after stop()");
+    if (!ticket) refuse(call);  // the pipeline stopped while this call waited
     return *ticket;
   }
   // try_submit()'s: nullopt when every ticket is out. With a ticket, enter() does not
   // wait for room either: the input ring has a slot per ticket (its push may only wait
   // out another thread's pop of that slot, already under way).
-  std::optional<std::uint32_t> try_take_ticket() {
-    require_running();
-    return state_->tickets->try_take();
+  std::optional<std::uint32_t> try_take_ticket(const char* call) {
+    require_running(call);
+    std::optional<std::uint32_t> ticket = state_->tickets->try_take();
+    // No ticket because the pipeline stopped (the free list closed) is not "full".
+    if (!ticket && stopping()) refuse(call);
+    return ticket;
   }
-  void require_running() const {
+  void require_running(const char* call) const {
+    if (!live(call).core.started())
+      throw closed_error(std::string("conveyor::pipeline: ") + call + " before start()");
+    if (stopping()) refuse(call);
+  }
+  // Whether the service takes no more: its input was closed (stop(drain)) or it stopped
+  // (stop(cancel), or a stage failed).
+  bool stopping() const noexcept {
     const state& st = *state_;
-    // acquire: pairs with close_input().
-    if (!st.core.started() || st.input_closed.load(std::memory_order_acquire))
-      throw closed_error("conveyor::pipeline: submit() needs a started, not stopped pipeline");
+    // acquire: pairs with close_input()'s release store. is_stopping() (acquire) pairs
+    // with the acq_rel exchange in control::stop(), which a failure's capture precedes:
+    // a caller that sees the stop also sees the error that caused it (refuse()).
+    return st.input_closed.load(std::memory_order_acquire) || st.core.ctl().is_stopping();
+  }
+  // @throws closed_error for `call` on a stopped service, saying why it stopped.
+  [[noreturn]] void refuse(const char* call) const {
+    const std::string why = detail::failure_reason(state_->core.ctl());
+    if (why.empty())
+      throw closed_error(std::string("conveyor::pipeline: ") + call + " after stop()");
+    throw closed_error(std::string("conveyor::pipeline: ") + call +
+                       " refused: the pipeline stopped " + why);
   }
 
   // submit()'s second half (see service_tickets::enter()).
@@ -451,6 +512,14 @@ class pipeline<chain<Bound...>> {
     state& st = *state_;
     st.tickets->enter(ticket, std::move(x), std::forward<Arm>(arm), *std::get<0>(st.rings),
                       st.core.ctl());
+  }
+
+  // What the destructor does: a started pipeline is stopped (cancel) and joined.
+  void shut_down() noexcept {
+    if (state_ && state_->core.started() && !state_->core.joined()) {
+      state_->core.ctl().stop();
+      finish_threads();
+    }
   }
 
   // Joins every thread, then accounts for whatever is still inside as cancelled.

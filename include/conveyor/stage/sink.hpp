@@ -71,7 +71,8 @@ namespace detail {
 
 // The end of a pipeline: calls `deliver(envelope&&)` for each arriving envelope on
 // `workers` threads, with the accounting every end shares. Deliver returns normally
-// when the item completed; a throw fails the pipeline with that item.
+// when the item completed; a throw fails the pipeline with that item. A Deliver with a
+// noexcept stopped_delivering() has it called by each worker as the worker ends.
 template <class In, class Deliver>
 class terminal_node {
  public:
@@ -158,6 +159,10 @@ class terminal_node {
       probe.occupancy(*in_);
       if (!deliver_one(std::move(*in))) break;
     }
+    // A Deliver that settles what it will never deliver (a service's result node: see
+    // pipeline/detail/service.hpp) hears that this worker delivers no more; with one
+    // worker, nothing is delivered after it.
+    if constexpr (requires { deliver_.stopped_delivering(); }) deliver_.stopped_delivering();
   }
 
   [[gnu::noinline]] control::entry_time entry_of(const item_meta& meta) const noexcept {

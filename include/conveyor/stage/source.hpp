@@ -88,7 +88,10 @@ auto from_range(R&& range) {
   });
 }
 
-// The head of a service pipeline: items arrive through pipeline::submit().
+// The head of a service pipeline: items arrive through pipeline::submit(). capacity(n):
+// how many items the service holds at once, each from its submit() until it is settled
+// (submit() waits, try_submit() refuses, while it holds n); a power of two in [2, 2^30],
+// else the pipeline's constructor throws config_error. 1024 unless set.
 template <class T>
 class input_stage {
  public:

@@ -2,16 +2,27 @@
 // item holds one from submit() until its result, its error or its cancellation reaches
 // the caller's future or callback, exactly once.
 //
+//   detail::check_service_capacity(n);                      // config_error unless it fits
 //   detail::service_tickets<request, response> desk{1024, ctl};
 //   std::uint32_t t = desk.take();                          // blocks while all are out
 //   desk.enter(t, std::move(x), arm, input_link, ctl);      // the item goes in under t
 //   desk.deliver(std::move(result_envelope));               // the result node's function
+//   desk.stop_delivering(ctl);                              // its last act: after a failure,
+//                                                           // the rest fail now
 //   desk.settle_rest(ctl);                                  // after join: the rest fail
 //
+// Settling: the result node delivers each result while it runs. Once it ends because a
+// stage failed, no item still out will get a result, so it settles them all at once with
+// that failure: a client's future does not wait for stop() or wait(). An item entering
+// while that happens is settled by exactly one of its enter() and stop_delivering() (see
+// enter()). After a stop() or a drain, the thread in stop() or wait() settles what is
+// left once every thread has joined (settle_rest()): by then an item that was failing as
+// the stop came has recorded its failure, and gets it rather than closed_error.
+//
 // Thread-safety: take(), try_take() and enter() from any number of submitting threads;
-// deliver() from the result node's one thread; settle_rest() after every stage thread has
-// joined (it races only with enter() calls that lost their item to a stop, and exactly
-// one of the two settles each item: see enter()).
+// deliver() and then stop_delivering() from the result node's one thread; settle_rest()
+// after every stage thread has joined. Each races only with enter() calls, and exactly
+// one of the racers settles each item.
 #pragma once
 
 #include <atomic>
@@ -21,10 +32,12 @@
 #include <functional>
 #include <future>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "conveyor/base/clock.hpp"
+#include "conveyor/base/config.hpp"
 #include "conveyor/base/error.hpp"
 #include "conveyor/base/outcome.hpp"
 #include "conveyor/base/power_of_two.hpp"
@@ -34,6 +47,30 @@
 #include "conveyor/stage/detail/link.hpp"
 
 namespace conveyor::detail {
+
+// input<T>().capacity(n): how many items a service holds at once (its tickets, and the
+// slots of its input ring). @throws config_error unless n is a power of two in [2, 2^30].
+inline void check_service_capacity(std::size_t n) {
+  CONVEYOR_EXPECTS(n >= 2 && n <= max_ring_capacity && is_power_of_two(n),
+                   "conveyor::input<T>().capacity(n): n is how many items the service holds at "
+                   "once and must be a power of two in [2, 2^30], got " +
+                       std::to_string(n) + "; pass " + std::to_string(next_power_of_two(n)) +
+                       " (or leave it out: 1024)");
+}
+
+// Why the pipeline stopped, for the messages of refused items and calls: "because stage
+// 'decode' failed on item 17: ..." (the first error's message), or empty: nothing failed.
+inline std::string failure_reason(const control& ctl) {
+  const std::exception_ptr e = ctl.error.get();
+  if (!e) return {};
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return std::string("because ") + ex.what();
+  } catch (...) {
+    return "because a stage threw an unknown exception";
+  }
+}
 
 template <class In, class Result>
 class service_tickets {
@@ -59,7 +96,8 @@ class service_tickets {
     }
   };
 
-  // `tickets` items may be inside at once; the input ring must have a slot for each.
+  // `tickets` items may be inside at once (see check_service_capacity()); the input ring
+  // must have a slot for each.
   service_tickets(std::size_t tickets, control& ctl)
       : free_(next_power_of_two(tickets)), slots_(tickets) {
     ctl.use_tickets(slots_.size());
@@ -76,8 +114,10 @@ class service_tickets {
   // arm(slot) sets the ticket's promise or callback, then x enters the pipeline through
   // `input` under it. If arming or wrapping x throws (bad_alloc in a std::function, a
   // throwing move), the ticket goes back unused: nothing is counted, no callback runs,
-  // and the pipeline keeps its capacity. If the pipeline stopped first, the item is
-  // settled here as cancelled.
+  // and the pipeline keeps its capacity. If the pipeline stopped first (the input refuses
+  // x), the item is settled here with closed_error; if the result node stopped
+  // delivering as x went in, by whichever of this call and stop_delivering() sees the
+  // other's flag.
   template <class Arm>
   void enter(std::uint32_t ticket, In&& x, Arm&& arm, link<In>& input, control& ctl) {
     slot& s = slots_[ticket];
@@ -93,23 +133,35 @@ class service_tickets {
       (void)free_.try_push(std::uint32_t{ticket});  // never full: one slot per ticket
       throw;
     }
-    // release: pairs with the acq_rel exchange in settle_rest(); if a stop() racing this
-    // call settles the item from its own thread, it sees the promise or callback that
-    // arm() wrote.
-    s.in_use.store(true, std::memory_order_release);
+    // seq_cst: the store half of a store-then-load pair with stop_delivering() (Dekker):
+    // here in_use is stored, then settling_ loaded (below); there settling_ is stored,
+    // then in_use loaded. In the single total order of seq_cst operations one of the two
+    // stores comes first, so at least one side sees the other's: an item that enters as
+    // the result node stops is never missed by both (if both see, the exchange on in_use
+    // picks one). As a release, it also makes the promise or callback that arm() wrote
+    // visible to a settler whose load of in_use reads this store.
+    s.in_use.store(true, std::memory_order_seq_cst);
     ctl.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
     // release (via the ring's push): the promise or callback written before is visible
     // to whichever thread pops this envelope and settles it.
     if (!input.push(std::move(*e))) {
       ctl.cancel(1);
-      // Exactly one of this call and settle_rest() settles the item: whichever takes
-      // in_use from true to false (acq_rel: pairs with the exchange there, so the loser
-      // sees the winner's claim).
-      if (s.in_use.exchange(false, std::memory_order_acq_rel))
-        s.fail(std::make_exception_ptr(
-            closed_error("conveyor::pipeline: stopped before the item was accepted")));
+      const std::string why = failure_reason(ctl);
+      settle(s, [&why] {
+        return std::make_exception_ptr(
+            closed_error("conveyor::pipeline: stopped before the item was accepted" +
+                         (why.empty() ? std::string{} : " (" + why + ")")));
+      });
       (void)free_.try_push(std::uint32_t{ticket});  // never full: one slot per ticket
+      return;
     }
+    // seq_cst: the load half of the pair above. true: the result node delivers no more
+    // (settling_ is stored after its last delivery, by it or after join; this load,
+    // reading that store, acquires it), and that pass over the tickets may have missed
+    // this one. The item stays in the ring until the threads join (then counted as
+    // cancelled), and its ticket out of circulation (the free list is closed by then,
+    // or about to be).
+    if (settling_.load(std::memory_order_seq_cst)) settle(s, [&ctl] { return stop_error(ctl); });
   }
 
   // The result node's function: settles the item's future or callback with its result.
@@ -120,28 +172,67 @@ class service_tickets {
           "the chain with unbatch() after a batch");
     const auto ticket = static_cast<std::uint32_t>(e.meta.id);  // see detail::item_meta
     slot& s = slots_[ticket];
+    // No claim needed: nothing else settles an item that reaches here. enter() settles
+    // only items the input refused, or items that entered once settling_ was set, which
+    // this thread does after its last delivery (stop_delivering()).
     s.succeed(std::move(e.value));
     s.in_use.store(false, std::memory_order_relaxed);  // relaxed: the ring push publishes
     free_.push(std::uint32_t{ticket});
   }
 
-  // After every stage thread has joined: settles what is still out with the error that
-  // stopped the pipeline, or as cancelled.
-  void settle_rest(const control& ctl) {
+  // The result node's last act, on its thread once it delivers no more. If a stage
+  // failed, every item still out will never get a result: each is settled now with that
+  // failure. Otherwise (a stop(), a drain) settle_rest() settles the rest after join.
+  void stop_delivering(const control& ctl) noexcept {
+    // The failure is visible here if it stopped the pipeline: its capture precedes the
+    // stop (control::fail_current()) that this thread saw, by the acquire of the
+    // stopping flag or of a closed ring, before it stopped delivering. (Were it not,
+    // settle_rest() would still settle every item, only later.)
+    if (ctl.error.failed()) settle_now(ctl);
+  }
+
+  // After every stage thread has joined: closes the free list and settles what is still
+  // out with the error that stopped the pipeline, or closed_error (cancelled).
+  void settle_rest(const control& ctl) noexcept {
     free_.close();
-    for (slot& s : slots_)
-      if (s.in_use.exchange(false, std::memory_order_acq_rel))  // see enter()
-        s.fail(ctl.error.failed() ? ctl.error.get()
-                                  : std::make_exception_ptr(closed_error(
-                                        "conveyor::pipeline: the item was cancelled")));
+    settle_now(ctl);
   }
 
   std::size_t size() const noexcept { return slots_.size(); }
 
  private:
+  // Settles every item still out (see stop_delivering() and settle_rest()).
+  void settle_now(const control& ctl) noexcept {
+    // seq_cst: the store half of the pair with enter() (see there): an enter() whose
+    // store of in_use this pass does not see will see this store, and settle its item.
+    settling_.store(true, std::memory_order_seq_cst);
+    std::exception_ptr why;  // made once, shared by every item it settles
+    for (slot& s : slots_)
+      // seq_cst: the load half of the pair with enter(). A ticket seen free here that an
+      // enter() takes afterwards is that enter()'s to settle.
+      if (s.in_use.load(std::memory_order_seq_cst))
+        settle(s, [&] { return why ? why : (why = stop_error(ctl)); });
+  }
+
+  // The error a stranded item gets: the first stage failure, or closed_error.
+  static std::exception_ptr stop_error(const control& ctl) {
+    if (std::exception_ptr e = ctl.error.get()) return e;
+    return std::make_exception_ptr(closed_error("conveyor::pipeline: the item was cancelled"));
+  }
+
+  // Settles s with make_error() if this thread is the one that takes in_use from true to
+  // false (acq_rel: exactly one of the racing settlers does, and acquire makes the
+  // promise or callback that arm() wrote before its seq_cst store visible to it).
+  template <class MakeError>
+  static void settle(slot& s, MakeError&& make_error) {
+    if (s.in_use.exchange(false, std::memory_order_acq_rel)) s.fail(make_error());
+  }
+
   mpmc_ring<std::uint32_t> free_;
   std::vector<slot> slots_;
   std::atomic<std::uint64_t> next_seq_{0};
+  // Set once the result node delivers no more (see stop_delivering()).
+  std::atomic<bool> settling_{false};
 };
 
 }  // namespace conveyor::detail
