@@ -53,8 +53,9 @@ struct pipeline_options {
   // when it first grows, where its consumer works through that many elements within 1 ms
   // of its CPU time (at the defaults, <= 122 ns per element: a ring in front of a slower
   // stage never grows), and back when the two are moved apart or unpinned
-  // (pipeline/growth.hpp). Only rings with one thread at each end and slots of at most
-  // 64 bytes get a reserve: 512 KiB a ring at most, at the defaults. Such a ring holds up
+  // (pipeline/growth.hpp). Only rings with one thread at each end, of trivially copyable
+  // items, in slots of at most 64 bytes get a reserve: 512 KiB a ring at most, at the
+  // defaults (a ring of batches or strings never grows). Such a ring holds up
   // to ring_capacity x (1 + ring_growth) items while it moves. The report shows the
   // deepest each ring ran (ring_capacity).
   std::size_t ring_growth = 8;

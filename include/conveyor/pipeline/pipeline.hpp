@@ -354,11 +354,13 @@ class pipeline<chain<Bound...>> {
           I == 0 && service ? input_capacity : o.ring_capacity, ring_ends<I>(s, lanes),
           I == 0 && service ? 0 : ring_reserve<out_t<I>>(o))...};
     }
-    // The room ring_growth gives a ring of T: only where its slots are small (see
-    // pipeline_options::ring_growth). A ring with several threads at an end ignores it.
+    // The room ring_growth gives a ring of T: only where its slots are small and are all
+    // the memory an item holds (see pipeline_options::ring_growth). A ring with several
+    // threads at an end ignores it.
     template <class T>
     static std::size_t ring_reserve(const pipeline_options& o) {
-      constexpr bool small = sizeof(detail::envelope<T>) + sizeof(std::size_t) <= 64;
+      constexpr bool small = std::is_trivially_copyable_v<T> &&
+                             sizeof(detail::envelope<T>) + sizeof(std::size_t) <= 64;
       return small ? o.ring_capacity * o.ring_growth : 0;
     }
     // The chain position of ring I's producer is I - first_ring_stage (a service's
