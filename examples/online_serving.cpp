@@ -4,10 +4,16 @@
 // up to a maximum size, or after a maximum delay since the batch's first request — and
 // the model classifies the batch. At the end: P50 / P95 / P99 latency as the clients saw
 // it (submit -> callback).
+// Traffic is not all clean: 1% of the requests are malformed (the prepare stage throws on
+// them) and 2% carry a deadline shorter than the batcher's delay. A malformed request
+// fails alone (its callback gets the stage_error; error_policy::isolate is a service's
+// default), a request whose deadline passes is dropped before the next stage works on it
+// (deadline_error), and every other request is served and spot-checked.
 //
 //   conveyor::input<request>() | prepare x2 | batch(32).max_delay(2 ms) | MLP (gpu x2 lanes) | unbatch
 //   svc.start();  warm_up(svc, 32);   // batches of every size, twice, results dropped
 //   svc.submit(req, [&](conveyor::outcome<response> r) noexcept { ... });
+//   svc.submit(req, 100us, [&](conveyor::outcome<response> r) noexcept { ... });  // a deadline
 //   svc.stop(conveyor::stop_mode::drain);
 // (svc.submit(req) returns a std::future instead, at the cost of allocations per request.)
 //
@@ -23,7 +29,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -43,6 +52,17 @@ struct request {
   std::uint64_t id;
   clock_type::time_point sent;
 };
+
+// Which requests are malformed (1 in 100) and which carry a tight deadline (2 in 100):
+// spread by a hash of the id, so the callback can tell from the id alone.
+std::uint64_t spread(std::uint64_t id) {
+  std::uint64_t h = id * 0x9E3779B97F4A7C15ull;
+  return (h ^ (h >> 29)) % 100;
+}
+constexpr std::uint64_t warm_up_ids = std::uint64_t{1} << 40;  // clean, after every client's
+bool malformed(std::uint64_t id) { return id < warm_up_ids && spread(id) == 0; }
+bool tight(std::uint64_t id) { return id < warm_up_ids && (spread(id) == 1 || spread(id) == 2); }
+constexpr std::chrono::microseconds tight_deadline{100};
 struct tensor {
   std::uint64_t id;
   clock_type::time_point sent;
@@ -55,17 +75,40 @@ struct response {
 };
 
 // What the clients saw, written by the responses' callbacks: on the pipeline's result
-// thread while it runs, on the thread in stop() for requests that did not complete.
+// thread for served requests, on the thread of the stage that failed on a request or
+// found it expired, on the thread in stop() for requests that did not complete. Those
+// threads take turns on it under a mutex.
 struct client_log {
-  std::vector<double> latency_ms;  // submit -> callback, per completed request
+  std::mutex m;
+  std::vector<double> latency_ms;  // submit -> callback, per served request
   std::vector<response> spot;      // a few responses, checked against the CPU reference after
-  std::uint64_t failed = 0;
+  std::uint64_t served = 0, failed_alone = 0, expired = 0, unexpected = 0;
 
-  void record(conveyor::outcome<response>& r) noexcept {
+  void record(std::uint64_t id, conveyor::outcome<response>& r) noexcept {
+    const std::lock_guard lock{m};
     if (!r) {
-      ++failed;
+      try {
+        (void)r.value();
+      } catch (const conveyor::stage_error& e) {
+        if (malformed(id) && e.stage() == "prepare") {
+          ++failed_alone;
+          return;
+        }
+      } catch (const conveyor::deadline_error&) {
+        if (tight(id)) {
+          ++expired;
+          return;
+        }
+      } catch (...) {
+      }
+      ++unexpected;
       return;
     }
+    if (malformed(id)) {
+      ++unexpected;
+      return;
+    }
+    ++served;
     // Reserved up front for every request the run can send: no allocation here.
     latency_ms.push_back(
         std::chrono::duration<double, std::milli>(clock_type::now() - r->sent).count());
@@ -86,7 +129,7 @@ std::uint64_t warm_up(Service& svc, std::size_t max_batch) {
   for (int round = 0; round < 2; ++round)
     for (std::size_t k = 1; k <= max_batch; ++k) {
       for (std::size_t i = 0; i < k; ++i, ++sent)  // ids after every client's
-        svc.submit(request{(std::uint64_t{1} << 40) + sent, clock_type::now()},
+        svc.submit(request{warm_up_ids + sent, clock_type::now()},
                    [&done](conveyor::outcome<response>) noexcept {
                      done.fetch_add(1, std::memory_order_relaxed);  // only counted
                    });
@@ -133,17 +176,19 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
         return out;
       });
   segment.streams(cm::lane_streams<R>(model));
-  conveyor::pipeline svc{conveyor::input<request>() |
-                         conveyor::map([n](request r) {  // decode: the request's pixels
-                           tensor t{r.id, r.sent, std::vector<std::uint8_t>(n)};
-                           cm::make_pixels(r.id, t.px);
-                           return t;
-                         })
-                             .workers(2)
-                             .ordered()
-                             .name("prepare") |
-                         conveyor::batch(max_batch).max_delay(max_delay) | std::move(segment) |
-                         conveyor::unbatch()};
+  conveyor::pipeline svc{
+      conveyor::input<request>() |
+      conveyor::map([n](request r) {  // decode: the request's pixels
+        if (malformed(r.id))
+          throw std::invalid_argument("request " + std::to_string(r.id) + ": malformed image");
+        tensor t{r.id, r.sent, std::vector<std::uint8_t>(n)};
+        cm::make_pixels(r.id, t.px);
+        return t;
+      })
+          .workers(2)
+          .ordered()
+          .name("prepare") |
+      conveyor::batch(max_batch).max_delay(max_delay) | std::move(segment) | conveyor::unbatch()};
 
   // Room for every request the run can send: the arrivals are capped at 4x the mean.
   const auto max_requests = static_cast<std::size_t>(4 * rate * seconds) + 64;
@@ -162,9 +207,14 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
   std::uint64_t sent = 0;
   while (next - start < std::chrono::duration<double>(seconds) && sent < max_requests) {
     std::this_thread::sleep_until(next);
-    // The callback captures one pointer: std::function keeps it without allocating.
-    svc.submit(request{sent++, clock_type::now()},
-               [&log](conveyor::outcome<response> r) noexcept { log.record(r); });
+    // The callback captures a pointer and the id: std::function keeps it without
+    // allocating.
+    const std::uint64_t id = sent++;
+    const auto done = [&log, id](conveyor::outcome<response> r) noexcept { log.record(id, r); };
+    if (tight(id))
+      svc.submit(request{id, clock_type::now()}, tight_deadline, done);
+    else
+      svc.submit(request{id, clock_type::now()}, done);
     next +=
         std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(gap(rng)));
   }
@@ -190,20 +240,33 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
               static_cast<unsigned long long>(sent),
               static_cast<double>(r.completed - warm) / elapsed);
   std::printf(
+      "served %llu; malformed: %llu failed alone (stage_error from 'prepare'); tight "
+      "deadlines (%lld us): %llu expired; unexpected outcomes: %llu\n",
+      static_cast<unsigned long long>(log.served),
+      static_cast<unsigned long long>(log.failed_alone),
+      static_cast<long long>(tight_deadline.count()), static_cast<unsigned long long>(log.expired),
+      static_cast<unsigned long long>(log.unexpected));
+  std::printf(
       "dynamic batching (warm-up included): max %zu, max delay %lld us; mean batch %.1f, "
       "%llu of %llu batches left on the delay\n",
       max_batch, static_cast<long long>(max_delay.count()),
       r.batching ? r.batching->mean_size : 0.0,
       static_cast<unsigned long long>(r.batching ? r.batching->flushed_on_timeout : 0),
       static_cast<unsigned long long>(r.batching ? r.batching->batches : 0));
-  std::printf("client latency (submit -> result):  P50 %.2f ms   P95 %.2f ms   P99 %.2f ms\n",
+  std::printf("served latency (submit -> result):  P50 %.2f ms   P95 %.2f ms   P99 %.2f ms\n",
               percentile(latency_ms, 50), percentile(latency_ms, 95), percentile(latency_ms, 99));
   std::printf("spot checks against the CPU reference: %s\n\n",
               wrong == 0 ? "all equal" : "SOME DIFFER");
   std::cout << r;
-  return r.completed == warm + sent && latency_ms.size() == sent && log.failed == 0 && wrong == 0
-             ? 0
-             : 1;
+  // Every request accounted for: served, failed alone (malformed ones, and only those),
+  // or expired (tight ones only); the served answers right.
+  std::uint64_t want_malformed = 0;
+  for (std::uint64_t id = 0; id < sent; ++id) want_malformed += malformed(id) ? 1 : 0;
+  const bool ok = log.unexpected == 0 && log.failed_alone == want_malformed &&
+                  log.served + log.failed_alone + log.expired == sent &&
+                  r.completed == warm + log.served && r.failed == log.failed_alone &&
+                  r.expired == log.expired && wrong == 0;
+  return ok ? 0 : 1;
 }
 
 }  // namespace

@@ -61,12 +61,64 @@ void control::await_gate() const noexcept { gate_.wait(false, std::memory_order_
 void control::fail_current(const std::string& stage, std::uint64_t item,
                            std::uint64_t items) noexcept {
   failed.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
+  const std::string what = describe(std::current_exception());
   try {
-    throw stage_error(stage, item, describe(std::current_exception()));
+    failures.add({stage, item, what});
+  } catch (...) {  // bad_alloc: the log misses it; the failure still stops the run
+  }
+  try {
+    throw stage_error(stage, item, what);
   } catch (...) {
     error.capture(std::current_exception());
   }
   stop();
+}
+
+bool control::fail_items(const std::string& stage, metrics::stage_stats& stats,
+                         const item_meta& meta, const meta_list& metas,
+                         std::uint64_t items) noexcept {
+  stats.count_failed(items);
+  if (!isolate_failures) {
+    fail_current(stage, meta, items);
+    return false;
+  }
+  failed.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
+  const std::uint64_t item = seq_of(meta);             // before settling frees the ticket
+  std::exception_ptr e;
+  try {
+    const std::string what = describe(std::current_exception());
+    failures.add({stage, item, what});
+    try {
+      throw stage_error(stage, item, what);  // nests the exception being handled
+    } catch (...) {
+      e = std::current_exception();
+    }
+  } catch (...) {
+    e = std::current_exception();  // bad_alloc on the way: the item gets that
+  }
+  if (settle_alone) {
+    if (metas.empty()) {
+      settle_alone(meta, e);
+    } else {
+      for (const item_meta& m : metas) settle_alone(m, e);
+    }
+  }
+  return true;
+}
+
+void control::expire(metrics::stage_stats& stats, const item_meta& m) noexcept {
+  stats.count_expired(1);
+  expired.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
+  if (!settle_alone) return;
+  std::exception_ptr e;
+  try {
+    e = std::make_exception_ptr(
+        deadline_error("conveyor::pipeline: item " + std::to_string(seq_of(m)) +
+                       " expired: its deadline passed before the stage could take it"));
+  } catch (...) {
+    e = std::current_exception();
+  }
+  settle_alone(m, e);
 }
 
 void check_workers(const std::string& stage, std::size_t n) {

@@ -111,7 +111,8 @@ item_counts pipeline_core::counts() const noexcept {
   // relaxed: counters; after join they are exact, before it a recent snapshot.
   return {ctl_.produced.load(std::memory_order_relaxed), ctl_.completed(),
           ctl_.failed.load(std::memory_order_relaxed),
-          ctl_.cancelled.load(std::memory_order_relaxed)};
+          ctl_.cancelled.load(std::memory_order_relaxed),
+          ctl_.expired.load(std::memory_order_relaxed)};
 }
 
 conveyor::report pipeline_core::make_report() const {
@@ -123,6 +124,9 @@ conveyor::report pipeline_core::make_report() const {
   r.completed = c.completed;
   r.failed = c.failed;
   r.cancelled = c.cancelled;
+  r.expired = c.expired;
+  r.errors = ctl_.failures.first();
+  r.errors_total = ctl_.failures.total();
   r.runtime = "host";
   if (started_) {
     r.cpus = usable_cpus();

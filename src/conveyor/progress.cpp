@@ -27,6 +27,7 @@ report window(const report& later, const report& earlier) {
   w.completed = sub(later.completed, earlier.completed);
   w.failed = sub(later.failed, earlier.failed);
   w.cancelled = sub(later.cancelled, earlier.cancelled);
+  w.expired = sub(later.expired, earlier.expired);
   w.process_cpu_s = subd(later.process_cpu_s, earlier.process_cpu_s);
   w.placement.rounds = sub(later.placement.rounds, earlier.placement.rounds);
   w.placement.pinned_rounds = sub(later.placement.pinned_rounds, earlier.placement.pinned_rounds);

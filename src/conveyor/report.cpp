@@ -73,7 +73,11 @@ stage_report make_stage_report(std::string name, stage_kind kind, std::size_t wo
 
 stage_report make_stage_report(std::string name, stage_kind kind, const stage_stats& stats,
                                std::size_t ring_capacity) {
-  return make_stage_report(std::move(name), kind, stats.workers(), stats.snapshot(), ring_capacity);
+  stage_report s =
+      make_stage_report(std::move(name), kind, stats.workers(), stats.snapshot(), ring_capacity);
+  s.failed = stats.failed();
+  s.expired = stats.expired();
+  return s;
 }
 
 lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
@@ -124,6 +128,7 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
     << (r.runtime.empty() ? std::string{} : ", " + r.runtime + " runtime") << '\n';
   o << "  items: produced " << r.produced << ", completed " << r.completed << ", failed "
     << r.failed << ", cancelled " << r.cancelled;
+  if (r.expired != 0) o << ", expired " << r.expired;
   if (r.in_flight() != 0) o << ", in flight " << r.in_flight();
   o << "\n  throughput: " << fmt("%.1f", r.throughput) << " items/s";
   if (!r.lanes.empty()) o << ", GPU busy " << pct(r.gpu_busy_fraction) << "%";
@@ -156,6 +161,8 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
       }
       if (s.kind == stage_kind::gpu && !r.lanes.empty())
         o << "  (lanes' streams busy " << pct(lane_busy_fraction(r)) << "%)";
+      if (s.failed != 0) o << "  failed " << s.failed;
+      if (s.expired != 0) o << "  expired " << s.expired;
       o << '\n';
     }
   }
@@ -188,6 +195,13 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
   };
   lat_row("item", r.item_latency);
   if (r.batch_latency.count != 0) lat_row("batch", r.batch_latency);
+  if (r.errors_total != 0) {
+    o << "  errors: " << r.errors_total;
+    if (r.errors.size() < r.errors_total) o << " (the first " << r.errors.size() << ")";
+    o << '\n';
+    for (const failure_record& f : r.errors)
+      o << "    stage '" << f.stage << "', item " << f.item << ": " << f.message << '\n';
+  }
   o << "verdict: " << to_string(r.verdict.kind);
   if (!r.verdict.stage.empty()) o << " ('" << r.verdict.stage << "')";
   if (!r.verdict.summary.empty()) o << ": " << r.verdict.summary;
@@ -214,7 +228,8 @@ std::string to_json(const report& r) {
   detail::json_writer j{o};
   j.begin_object();
   j.field("wall_s", r.wall_s).field("produced", r.produced).field("completed", r.completed);
-  j.field("failed", r.failed).field("cancelled", r.cancelled).field("throughput", r.throughput);
+  j.field("failed", r.failed).field("cancelled", r.cancelled).field("expired", r.expired);
+  j.field("throughput", r.throughput);
   j.field("runtime", r.runtime).field("cpus", r.cpus).field("process_cpu_s", r.process_cpu_s);
   j.key("placement").begin_object();
   j.field("mode", r.placement.mode).field("rounds", r.placement.rounds);
@@ -227,6 +242,7 @@ std::string to_json(const report& r) {
     j.field("items", s.items).field("busy_s", s.busy_s).field("starved_s", s.starved_s);
     j.field("blocked_s", s.blocked_s).field("occupancy_mean", s.occupancy_mean);
     j.field("occupancy_max", s.occupancy_max).field("ring_capacity", s.ring_capacity);
+    j.field("failed", s.failed).field("expired", s.expired);
     j.end_object();
   }
   j.end_array();
@@ -250,6 +266,14 @@ std::string to_json(const report& r) {
   } else {
     j.null();
   }
+  j.field("errors_total", r.errors_total);
+  j.key("errors").begin_array();
+  for (const failure_record& f : r.errors) {
+    j.begin_object();
+    j.field("stage", f.stage).field("item", f.item).field("message", f.message);
+    j.end_object();
+  }
+  j.end_array();
   write_latency(j, "item_latency", r.item_latency);
   write_latency(j, "batch_latency", r.batch_latency);
   j.key("verdict").begin_object();

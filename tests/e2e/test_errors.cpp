@@ -447,7 +447,7 @@ TEST_CASE("errors: service mode: the futures of items in flight get the error an
     case where::map:
       exercise_service(pl, end, n, [&] {
         return pipeline{input<counted>() | thrower().name("thrower"),
-                        pipeline_options{.ring_capacity = C}};
+                        pipeline_options{.ring_capacity = C, .errors = error_policy::stop}};
       });
       break;
     case where::batch_map:
@@ -458,7 +458,7 @@ TEST_CASE("errors: service mode: the futures of items in flight get the error an
                               return v;
                             }).name("per-batch") |
                             unbatch(),
-                        pipeline_options{.ring_capacity = C}};
+                        pipeline_options{.ring_capacity = C, .errors = error_policy::stop}};
       });
       break;
     case where::map_after_unbatch:
@@ -466,7 +466,7 @@ TEST_CASE("errors: service mode: the futures of items in flight get the error an
         return pipeline{input<counted>() | batch(B).name("batch") |
                             map([](std::vector<counted> v) { return v; }).name("pass-batch") |
                             unbatch() | thrower().name("after-unbatch"),
-                        pipeline_options{.ring_capacity = C}};
+                        pipeline_options{.ring_capacity = C, .errors = error_policy::stop}};
       });
       break;
     default:
@@ -488,7 +488,7 @@ TEST_CASE("errors: service mode: submit() after a stage failed then stop() settl
                                     pl.at_call(c.value);
                                     return c;
                                   }).name("thrower"),
-               pipeline_options{.ring_capacity = C}};
+               pipeline_options{.ring_capacity = C, .errors = error_policy::stop}};
     p.start();
     std::vector<std::future<counted>> futures;
     futures.push_back(p.submit(counted{0}));  // throws in the map

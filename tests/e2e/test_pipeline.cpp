@@ -482,11 +482,12 @@ TEST_CASE("pipeline: service mode: submit with a callback settles cancelled and 
     REQUIRE(ok.load() + cancelled.load() == 100);
     REQUIRE(other.load() == 0);
   }
-  SECTION("a stage throws: the failed and the stranded items get the stage_error") {
+  SECTION("a stage throws (error_policy::stop): the failed and the stranded items get it") {
     pipeline svc{input<int>() | map([](int x) {
                    if (x == 50) throw std::runtime_error("bad item");
                    return x;
-                 })};
+                 }),
+                 pipeline_options{.errors = error_policy::stop}};
     svc.start();
     std::atomic<int> ok{0}, failed{0}, calls{0};
     int submitted = 0;

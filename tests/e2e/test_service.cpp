@@ -138,8 +138,8 @@ TEST_CASE("service: a capacity that is not a power of two >= 2 fails at construc
 }
 
 TEST_CASE("service: after a stage fails every accepted item is settled without stop() or wait()") {
-  // Four clients submit ids 0, 1, 2, ... (each takes the next) until refused; the map
-  // throws on id k. Every item accepted is settled exactly once — with its result, the
+  // With error_policy::stop: four clients submit ids 0, 1, 2, ... (each takes the next)
+  // until refused; the map throws on id k. Every item accepted is settled exactly once — with its result, the
   // error that stopped the pipeline (the stage_error for id k, which id k's own item
   // gets too), or closed_error if the stopping pipeline refused it as it went in — and
   // all of them before anyone calls stop() or wait().
@@ -150,13 +150,14 @@ TEST_CASE("service: after a stage fails every accepted item is settled without s
   constexpr int clients = 4;
   constexpr std::uint64_t max_ids = 50000;  // a bound: clients stop once refused
   pipeline svc{input<std::uint64_t>() |
-               map([](std::uint64_t x) {
-                 if (x == k) throw boom{x};
-                 return 2 * x;
-               })
-                   .workers(workers)
-                   .name("thrower") |
-               map([](std::uint64_t x) { return x + 1; }).name("plus one")};
+                   map([](std::uint64_t x) {
+                     if (x == k) throw boom{x};
+                     return 2 * x;
+                   })
+                       .workers(workers)
+                       .name("thrower") |
+                   map([](std::uint64_t x) { return x + 1; }).name("plus one"),
+               pipeline_options{.errors = error_policy::stop}};
   svc.start();
 
   // What each id got, written by whichever thread settles it (callbacks) or read from

@@ -10,6 +10,7 @@
 // config_error     bad configuration, thrown at construction; the message says what to change
 // cuda_error       a failed CUDA or cuBLAS call: api name, numeric code and its name, file:line
 // closed_error     an operation on a closed ring or a stopped pipeline
+// deadline_error   a service item's deadline passed before a stage took it
 // stage_error      a stage threw: wraps the original exception (std::nested_exception)
 //                  and names the stage and the item
 // Thread-safety: immutable after construction.
@@ -34,6 +35,13 @@ class config_error : public error {
 };
 
 class closed_error : public error {
+ public:
+  using error::error;
+};
+
+// What the future or callback of an item submitted with a deadline gets when the
+// deadline passed before the next stage took it (or before the service had room for it).
+class deadline_error : public error {
  public:
   using error::error;
 };

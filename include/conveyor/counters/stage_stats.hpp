@@ -144,6 +144,19 @@ class stage_stats {
   // @throws config_error when workers is 0.
   explicit stage_stats(std::size_t workers)
       : workers_((check(workers), workers)), slots_(std::make_unique<worker_stats[]>(workers)) {}
+  // Moved only before any worker runs (while a pipeline is built).
+  stage_stats(stage_stats&& o) noexcept
+      : workers_(o.workers_),
+        slots_(std::move(o.slots_)),
+        failed_(o.failed()),
+        expired_(o.expired()) {}
+  stage_stats& operator=(stage_stats&& o) noexcept {
+    workers_ = o.workers_;
+    slots_ = std::move(o.slots_);
+    failed_.store(o.failed(), std::memory_order_relaxed);
+    expired_.store(o.expired(), std::memory_order_relaxed);
+    return *this;
+  }
 
   std::size_t workers() const noexcept { return workers_; }
   // The slot of worker i (0 <= i < workers()); write it from that worker's thread only.
@@ -181,6 +194,19 @@ class stage_stats {
 
   std::size_t workers_;
   std::unique_ptr<worker_stats[]> slots_;  // over-aligned new[]: one line per slot
+
+ public:
+  // Items the stage failed on, and a service's items it found expired (dropped before
+  // its work). Any thread: rare, so one shared counter each. relaxed: counts, exact
+  // once the workers have joined.
+  void count_failed(std::uint64_t n) noexcept { failed_.fetch_add(n, std::memory_order_relaxed); }
+  void count_expired(std::uint64_t n) noexcept { expired_.fetch_add(n, std::memory_order_relaxed); }
+  std::uint64_t failed() const noexcept { return failed_.load(std::memory_order_relaxed); }
+  std::uint64_t expired() const noexcept { return expired_.load(std::memory_order_relaxed); }
+
+ private:
+  alignas(cache_line_size) std::atomic<std::uint64_t> failed_{0};
+  std::atomic<std::uint64_t> expired_{0};
 };
 
 // The [start, end) of one charged phase.

@@ -41,6 +41,29 @@ constexpr std::string_view to_string(thread_placement p) noexcept {
   }
 }
 
+// What a stage's exception does. Either way the item it was thrown for (a batch's: every
+// item of the batch) counts as failed, and the report keeps the first errors and a count
+// per stage.
+enum class error_policy {
+  automatic,  // isolate in a service pipeline (input<T>()), stop in a source pipeline
+  stop,       // the first failure stops the pipeline; run() / wait() / stop() rethrow it
+              // as stage_error, and every item still inside is settled at once
+  isolate,    // the item fails alone (a service: its future or callback gets the
+              // stage_error); every other item goes on, in input order where a stage is
+              // ordered, and the pipeline keeps running
+};
+
+constexpr std::string_view to_string(error_policy p) noexcept {
+  switch (p) {
+    case error_policy::stop:
+      return "stop";
+    case error_policy::isolate:
+      return "isolate";
+    default:
+      return "automatic";
+  }
+}
+
 struct pipeline_options {
   // Every ring between two stages (power of two). An ordered map of W workers on lanes
   // (stage/map.hpp) has one such ring per worker on each side (between maps of W and V
@@ -87,11 +110,17 @@ struct pipeline_options {
   // os: never pinned.
   thread_placement placement = thread_placement::automatic;
   std::chrono::milliseconds placement_period{200};
+  // What a stage's exception does (see error_policy). With isolate (and in every service
+  // pipeline, where items may expire: submit(x, deadline)) an ordered map keeps the
+  // order with its reorder window, which skips what was dropped, rather than on lanes.
+  error_policy errors = error_policy::automatic;
 };
 
-// produced == completed + failed + cancelled once the pipeline has stopped.
+// produced == completed + failed + cancelled + expired once the pipeline has stopped.
+// expired: a service's items whose deadline passed before a stage took them
+// (submit(x, deadline)).
 struct item_counts {
-  std::uint64_t produced = 0, completed = 0, failed = 0, cancelled = 0;
+  std::uint64_t produced = 0, completed = 0, failed = 0, cancelled = 0, expired = 0;
 };
 
 }  // namespace conveyor

@@ -8,20 +8,26 @@
 //   conveyor::pipeline svc{conveyor::input<request>() | conveyor::map(answer)};
 //   svc.start();
 //   std::future<response> f = svc.submit(req);                 // or submit(req, done)
+//   std::future<response> g = svc.submit(req, 50ms);           // worth a result for 50 ms
 //   svc.stop(conveyor::stop_mode::drain);
 //
-// Lifecycle: the first exception in any stage stops the pipeline (rings closed, blocked
-// threads woken) and is rethrown from run()/wait()/stop() as conveyor::stage_error, which
-// names the stage and the item and nests the original exception — after every thread has
-// joined. Accounting always holds: produced == completed + failed + cancelled. In a
-// service that a stage's failure stopped, the items that will get no result are settled
-// at once (their futures and callbacks do not wait for stop() or wait()), and a later
-// submit() throws closed_error saying why it stopped. A moved-from pipeline throws closed_error from
-// every call that needs its state; a pipeline runs once (run() or start(), then wait()).
+// Failures (pipeline_options::errors): an exception in a stage is wrapped in
+// conveyor::stage_error, which names the stage and the item and nests the original.
+// isolate (a service's default): the item fails alone — a service's future or callback
+// gets the stage_error — and the pipeline goes on. stop (a source pipeline's default):
+// the first failure stops the pipeline (rings closed, blocked threads woken) and is
+// rethrown from run()/wait()/stop() after every thread has joined; in a service the
+// items that will get no result are settled at once (their futures and callbacks do
+// not wait for stop() or wait()), and a later submit() throws closed_error saying why it
+// stopped. Accounting always holds: produced == completed + failed + cancelled +
+// expired (a service's items whose deadline passed before a stage took them). A
+// moved-from pipeline throws closed_error from every call that needs its state; a
+// pipeline runs once (run() or start(), then wait()).
 // Memory is bounded: items in flight <= the ring capacities + what stages hold (a ring
 // of small items may grow by pipeline_options::ring_growth, see pipeline/growth.hpp).
 // Hops: a ring with one thread at each end is an spsc_ring, any other an mpmc_ring, and
-// an ordered map between two in-order ends runs on lanes (pipeline/detail/wiring.hpp).
+// an ordered map between two in-order ends runs on lanes where no item is dropped on the
+// way (a source pipeline under error_policy::stop; pipeline/detail/wiring.hpp).
 // What does not depend on the stages' types — threads, placement, progress, trace,
 // report assembly — is pipeline/detail/core.hpp, compiled once in the library.
 //
@@ -32,6 +38,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <future>
@@ -122,10 +129,12 @@ class pipeline<chain<Bound...>> {
     });
   }
 
-  // Service mode: hands x to the pipeline; the future holds its result, or the error
-  // that stopped the pipeline, or closed_error if it was cancelled. Once a stage's
-  // failure has stopped the pipeline it is ready, whether or not stop() or wait() is
-  // called. Each call allocates the future's shared state; submit(x, done) does not.
+  // Service mode: hands x to the pipeline; the future holds its result, or the
+  // stage_error of the stage that failed on it (error_policy::isolate), or the error
+  // that stopped the pipeline (error_policy::stop), or closed_error if it was cancelled.
+  // Once a stage's failure has stopped the pipeline it is ready, whether or not stop()
+  // or wait() is called. Each call allocates the future's shared state; submit(x, done)
+  // does not.
   // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
   // @throws closed_error when the pipeline is not running: not started, stopped (the
   // message names the stage and item whose failure stopped it), or moved from.
@@ -141,9 +150,10 @@ class pipeline<chain<Bound...>> {
   }
 
   // Service mode, with a callback instead of a future: done(conveyor::outcome<result>)
-  // is called exactly once per accepted call, with the item's result, or the error that
-  // stopped the pipeline, or closed_error if the item was cancelled. It runs on the
-  // pipeline's result thread when the item completes; for an item that will not, on the
+  // is called exactly once per accepted call, with the item's result, or its error (as
+  // for submit(x)), or closed_error if the item was cancelled. It runs on the pipeline's
+  // result thread when the item completes; on the thread of the stage that failed on it
+  // or found it expired (error_policy::isolate, deadlines); for an item that will not, on the
   // result thread as soon as a stage's failure stops the pipeline, else on the thread
   // in stop(), wait() or the destructor (or on this one, for an item the stopping
   // pipeline did not take). done must be noexcept (nothing could catch what it
@@ -156,11 +166,49 @@ class pipeline<chain<Bound...>> {
   // @note blocks while the pipeline holds input<T>().capacity() items (backpressure).
   // @throws closed_error as submit(x) (done is not called).
   template <class Done>
-    requires service
+    requires(service && !detail::is_deadline_v<Done>)
   void submit(input_type x, Done&& done) {
     check_done<Done>();
     enter(take_ticket("submit()"), std::move(x),
           [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
+  }
+
+  // Service mode, with a deadline: as submit(x) and submit(x, done), but the item is
+  // worth a result only until `deadline` (or for `within` from now). While the
+  // pipeline is full the call waits for room until the deadline at most. An item whose
+  // deadline has passed is dropped before the next stage spends work on it (each stage
+  // checks as it takes an item; a batch drops its expired items before it leaves, and
+  // before it goes to a GPU segment): its future or callback gets deadline_error, and it
+  // counts as expired (item_counts::expired, and per stage in the report). An item
+  // already in its last stage when the deadline passes completes.
+  // @throws closed_error as submit(x).
+  std::future<result_type> submit(input_type x, std::chrono::steady_clock::time_point deadline)
+    requires service
+  {
+    std::future<result_type> fut;
+    const auto arm = [&fut](ticket_slot& slot) {
+      slot.promise = std::promise<result_type>{};
+      fut = slot.promise.get_future();
+    };
+    enter_by(deadline, std::move(x), arm);
+    return fut;
+  }
+  template <class Rep, class Period>
+    requires service
+  std::future<result_type> submit(input_type x, std::chrono::duration<Rep, Period> within) {
+    return submit(std::move(x), deadline_in(within));
+  }
+  template <class Done>
+    requires service
+  void submit(input_type x, std::chrono::steady_clock::time_point deadline, Done&& done) {
+    check_done<Done>();
+    enter_by(deadline, std::move(x),
+             [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
+  }
+  template <class Rep, class Period, class Done>
+    requires service
+  void submit(input_type x, std::chrono::duration<Rep, Period> within, Done&& done) {
+    submit(std::move(x), deadline_in(within), std::forward<Done>(done));
   }
 
   // As submit(x) and submit(x, done), but never wait for room: when the pipeline already
@@ -181,13 +229,42 @@ class pipeline<chain<Bound...>> {
     return fut;
   }
   template <class Done>
-    requires service
+    requires(service && !detail::is_deadline_v<Done>)
   [[nodiscard]] bool try_submit(input_type&& x, Done&& done) {
     check_done<Done>();
     const std::optional<std::uint32_t> ticket = try_take_ticket("try_submit()");
     if (!ticket) return false;
     enter(*ticket, std::move(x),
           [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); });
+    return true;
+  }
+  // try_submit() with a deadline (see submit(x, deadline)).
+  std::optional<std::future<result_type>> try_submit(input_type&& x,
+                                                     std::chrono::steady_clock::time_point deadline)
+    requires service
+  {
+    const std::optional<std::uint32_t> ticket = try_take_ticket("try_submit()");
+    if (!ticket) return std::nullopt;
+    std::future<result_type> fut;
+    enter(
+        *ticket, std::move(x),
+        [&fut](ticket_slot& slot) {
+          slot.promise = std::promise<result_type>{};
+          fut = slot.promise.get_future();
+        },
+        deadline_ns(deadline));
+    return fut;
+  }
+  template <class Done>
+    requires service
+  [[nodiscard]] bool try_submit(input_type&& x, std::chrono::steady_clock::time_point deadline,
+                                Done&& done) {
+    check_done<Done>();
+    const std::optional<std::uint32_t> ticket = try_take_ticket("try_submit()");
+    if (!ticket) return false;
+    enter(
+        *ticket, std::move(x), [&done](ticket_slot& slot) { slot.done = std::forward<Done>(done); },
+        deadline_ns(deadline));
     return true;
   }
 
@@ -323,6 +400,7 @@ class pipeline<chain<Bound...>> {
           rings(make_rings(o, c.stages, input_capacity, std::make_index_sequence<n_rings>{})),
           nodes(make_nodes(c.stages, std::make_index_sequence<n_stages>{})) {
       detail::control& ctl = core.ctl();
+      ctl.isolate_failures = isolates(o);
       register_rings(std::make_index_sequence<n_rings>{});
       add_stages(std::make_index_sequence<n_stages>{});
       if constexpr (service) {
@@ -349,7 +427,7 @@ class pipeline<chain<Bound...>> {
     template <std::size_t... I>
     static rings_t make_rings(const pipeline_options& o, const stages_t& s,
                               std::size_t input_capacity, std::index_sequence<I...>) {
-      const auto lanes = plan_lanes(s);
+      const auto lanes = plan_lanes(s, o);
       return rings_t{std::make_unique<detail::link<out_t<I>>>(
           I == 0 && service ? input_capacity : o.ring_capacity, ring_ends<I>(s, lanes),
           I == 0 && service ? 0 : ring_reserve<out_t<I>>(o))...};
@@ -366,8 +444,12 @@ class pipeline<chain<Bound...>> {
     // The chain position of ring I's producer is I - first_ring_stage (a service's
     // input ring has no producer stage: it never grows).
     static constexpr std::size_t first_ring_stage = service ? 1 : 0;
+    // Whether a stage's failure on an item fails that item alone (pipeline_options::errors).
+    static bool isolates(const pipeline_options& o) noexcept {
+      return o.errors == error_policy::isolate || (o.errors == error_policy::automatic && service);
+    }
     // Ring I runs from stage I to stage I + 1 (or to the result node of a service).
-    // lanes: plan_lanes(s), planned once for all rings.
+    // lanes: plan_lanes(s, o), planned once for all rings.
     template <std::size_t I>
     static detail::ring_ends ring_ends(const stages_t& s,
                                        const std::array<std::size_t, n_stages>& lanes) {
@@ -381,8 +463,13 @@ class pipeline<chain<Bound...>> {
       e.lanes = lanes[I] != 0 || (I + 1 < n_stages && lanes[I + 1] != 0);
       return e;
     }
-    static std::array<std::size_t, n_stages> plan_lanes(const stages_t& s) {
+    // Lanes keep the order only where every item that enters a lane leaves it: not where
+    // items may fail alone or expire (their positions would be missing); there an
+    // ordered map's reorder window skips them.
+    static std::array<std::size_t, n_stages> plan_lanes(const stages_t& s,
+                                                        const pipeline_options& o) {
       std::array<std::size_t, n_stages> candidates{}, pushers{}, poppers{};
+      if (service || isolates(o)) return candidates;
       [&]<std::size_t... I>(std::index_sequence<I...>) {
         (
             [&] {
@@ -510,10 +597,45 @@ class pipeline<chain<Bound...>> {
 
   // submit()'s second half (see service_tickets::enter()).
   template <class Arm>
-  void enter(std::uint32_t ticket, input_type&& x, Arm&& arm) {
+  void enter(std::uint32_t ticket, input_type&& x, Arm&& arm, std::int64_t deadline = 0) {
     state& st = *state_;
     st.tickets->enter(ticket, std::move(x), std::forward<Arm>(arm), *std::get<0>(st.rings),
-                      st.core.ctl());
+                      st.core.ctl(), deadline);
+  }
+
+  // submit(x, deadline): waits for a ticket until the deadline at most. When it passes
+  // first, the item expires here: armed as any other, counted as produced and expired,
+  // and settled at once with deadline_error.
+  template <class Arm>
+  void enter_by(std::chrono::steady_clock::time_point deadline, input_type&& x, Arm&& arm) {
+    require_running("submit()");
+    state& st = *state_;
+    if (const std::optional<std::uint32_t> ticket = st.tickets->take_until(deadline)) {
+      enter(*ticket, std::move(x), std::forward<Arm>(arm), deadline_ns(deadline));
+      return;
+    }
+    if (stopping()) refuse("submit()");  // no ticket because the service stopped
+    ticket_slot expired;
+    arm(expired);
+    detail::control& ctl = st.core.ctl();
+    ctl.produced.fetch_add(1, std::memory_order_relaxed);  // relaxed: read after join
+    ctl.expired.fetch_add(1, std::memory_order_relaxed);
+    expired.fail(std::make_exception_ptr(deadline_error(
+        "conveyor::pipeline: submit(): the deadline passed while the pipeline had no room "
+        "for the item (it holds input<T>().capacity() items)")));
+  }
+
+  // A deadline on the clock of the tickets (now_ns(): steady_clock's epoch); never 0,
+  // which means none.
+  static std::int64_t deadline_ns(std::chrono::steady_clock::time_point d) noexcept {
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(d.time_since_epoch()).count();
+    return ns > 0 ? static_cast<std::int64_t>(ns) : 1;
+  }
+  template <class Rep, class Period>
+  static std::chrono::steady_clock::time_point deadline_in(std::chrono::duration<Rep, Period> d) {
+    return std::chrono::steady_clock::now() +
+           std::chrono::ceil<std::chrono::steady_clock::duration>(d);
   }
 
   // What the destructor does: a started pipeline is stopped (cancel) and joined.

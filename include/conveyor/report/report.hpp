@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "conveyor/counters/batch_stats.hpp"
+#include "conveyor/counters/failure_log.hpp"
 #include "conveyor/counters/histogram.hpp"
 #include "conveyor/counters/lane_stats.hpp"
 #include "conveyor/counters/stage_stats.hpp"
@@ -65,6 +66,8 @@ struct stage_report {
   double occupancy_mean = 0.0;  // input ring, sampled ~every 50 us (worker_probe)
   std::size_t occupancy_max = 0;
   std::size_t ring_capacity = 0;  // of the input ring; 0: none (a source)
+  std::uint64_t failed = 0;       // items the stage threw on (a batch: all its items)
+  std::uint64_t expired = 0;      // a service's items it dropped: their deadline had passed
 };
 
 struct lane_report {
@@ -128,6 +131,7 @@ struct report {
   std::uint64_t completed = 0;
   std::uint64_t failed = 0;
   std::uint64_t cancelled = 0;
+  std::uint64_t expired = 0;         // a service's items whose deadline passed first
   double throughput = 0.0;           // completed items per second of wall time
   std::vector<stage_report> stages;  // in pipeline order
   std::vector<lane_report> lanes;
@@ -142,10 +146,15 @@ struct report {
   std::size_t cpus = 0;
   double process_cpu_s = 0.0;
   placement_report placement;
+  // The first failures (up to failure_log::kept: stage, item, message), and how many
+  // there were in all (each stage's own count is stage_report::failed).
+  std::vector<failure_record> errors;
+  std::uint64_t errors_total = 0;
 
-  // Items produced but neither completed, failed nor cancelled (non-zero mid-run only).
+  // Items produced but neither completed, failed, cancelled nor expired (non-zero mid-run
+  // only).
   std::uint64_t in_flight() const noexcept {
-    const std::uint64_t done = completed + failed + cancelled;
+    const std::uint64_t done = completed + failed + cancelled + expired;
     return produced > done ? produced - done : 0;
   }
 };

@@ -68,14 +68,6 @@ class batch_stage {
 // Fixed-size batches of max_size items (dynamic with .max_delay()).
 inline batch_stage batch(std::size_t max_size) { return batch_stage(max_size); }
 
-namespace detail {
-// True for std::vector: what batch() makes and unbatch() takes apart.
-template <class T>
-inline constexpr bool is_vector_v = false;
-template <class T, class A>
-inline constexpr bool is_vector_v<std::vector<T, A>> = true;
-}  // namespace detail
-
 class unbatch_stage {
  public:
   template <class In>
@@ -136,6 +128,7 @@ class batch_node {
     worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), ring_name_.c_str()};
     const std::size_t max = stage_.max_size();
     const auto delay = stage_.max_delay();
+    const bool may_expire = ctl_.has_tickets();
     for (;;) {
       auto first = probe.pop(*in_);
       if (!first || ctl_.is_stopping()) {
@@ -143,6 +136,9 @@ class batch_node {
         break;
       }
       probe.occupancy(*in_);
+      // A service's items whose deadline passed are dropped as they come, and again as
+      // the batch leaves (they may expire while it fills).
+      if (may_expire && drop_expired(ctl_, stats_, *first) == 0) continue;
       envelope<out_type> b{out_type{}, first->meta, {}};
       b.value.reserve(max);
       b.metas.reserve(max);
@@ -158,7 +154,7 @@ class batch_node {
           timed_out = delay.has_value() && !in_->closed();
           break;
         }
-        add(b, std::move(*next));
+        if (!may_expire || drop_expired(ctl_, stats_, *next) != 0) add(b, std::move(*next));
         // The ring may hand over an item after the deadline (its spin and yield phases
         // do not look at the clock, and on a busy core they can outlast the gap between
         // items): the batch still leaves now, or it would stay open for as long as items
@@ -169,6 +165,7 @@ class batch_node {
         }
       }
       probe.busy();
+      if (may_expire && drop_expired(ctl_, stats_, b) == 0) continue;
       const std::uint64_t n = b.items();
       batches_.record(b.value.size(), timed_out);
       probe.items(n);
@@ -247,13 +244,15 @@ class unbatch_node {
       if (!split) {
         // A batch whose element count no longer matches its items (a map changed its
         // length): the items cannot be told apart any more.
+        bool go_on = false;
         try {
           throw error("unbatch: the batch holds " + std::to_string(n) + " elements for " +
                       std::to_string(b->metas.size()) +
                       " items; a stage between batch and unbatch must keep one element per item");
         } catch (...) {
-          ctl_.fail_current(stage_.name(), b->meta, b->items());
+          go_on = ctl_.fail_items(stage_.name(), stats_, b->meta, b->metas, b->items());
         }
+        if (go_on) continue;  // the batch's items failed alone
         break;
       }
       probe.busy();

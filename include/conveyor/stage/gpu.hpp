@@ -187,6 +187,7 @@ class gpu_node {
   metrics::gpu_stats& gpu() noexcept { return gpu_; }
 
   void start(thread_group& threads) {
+    may_expire_ = ctl_.has_tickets();                       // set up by now
     live_.store(lanes_.size(), std::memory_order_relaxed);  // relaxed: before spawn
     for (std::size_t l = 0; l < lanes_.size(); ++l) {
       anchor(*lanes_[l]);
@@ -264,18 +265,24 @@ class gpu_node {
       auto b = probe.pop(*in_, &pos);
       if (!b) break;
       probe.occupancy(*in_);
-      const std::uint64_t items = b->items();
       if (ctl_.is_stopping() || !reorder_.admit(pos)) {
-        ctl_.cancel(items);
+        ctl_.cancel(b->items());
         break;
       }
+      // A service's items whose deadline passed do not go to the GPU (see drop_expired()).
+      if (may_expire_ && drop_expired(ctl_, stats_, *b) == 0) {
+        reorder_.skip(pos);
+        continue;
+      }
+      const std::uint64_t items = b->items();
       slot_t* s = nullptr;
       try {
         s = l.pool.acquire();  // waits until the slot's last stream use completed
       } catch (...) {          // that wait rethrows a failure of the lane's stream
         probe.blocked();
-        ctl_.fail_current(stage_.options().name, b->meta, items);
-        break;
+        if (!ctl_.fail_items(stage_.options().name, stats_, b->meta, b->metas, items)) break;
+        reorder_.skip(pos);  // the batch failed alone
+        continue;
       }
       probe.blocked();
       if (!s) {
@@ -317,8 +324,10 @@ class gpu_node {
       } catch (...) {
         probe.busy();
         release_after_stream(l, s);  // copies already enqueued may still use the slot
-        ctl_.fail_current(stage_.options().name, f.batch.meta, items);
-        break;
+        if (!ctl_.fail_items(stage_.options().name, stats_, f.batch.meta, f.batch.metas, items))
+          break;
+        reorder_.skip(pos);  // the batch failed alone
+        continue;
       }
       probe.busy();
       probe.items(items);
@@ -346,6 +355,8 @@ class gpu_node {
       }
       auto& ev = l.timing[f->slot->index].e;
       std::optional<envelope<out_type>> out;
+      const item_meta meta = f->batch.meta;
+      meta_list metas = std::move(f->batch.metas);  // the envelope's, unless stage-out throws
       try {
         ev[3].synchronize();  // the batch's last stream work; rethrows a stream failure
         if (measure) {
@@ -365,8 +376,6 @@ class gpu_node {
             device_track->span("D2H", t.d2h);
           }
         }
-        const item_meta meta = f->batch.meta;
-        meta_list metas = std::move(f->batch.metas);
         const std::int64_t out_start = complete_track != nullptr ? now_ns() : 0;
         {
           metrics::nvtx_range range{"stage-out"};
@@ -379,8 +388,9 @@ class gpu_node {
         if (complete_track != nullptr) complete_track->span("stage-out", out_start, now_ns());
       } catch (...) {
         release_after_stream(l, f->slot);  // a failed stream may not have reached the end
-        ctl_.fail_current(stage_.options().name, f->batch.meta, items);
-        break;
+        if (!ctl_.fail_items(stage_.options().name, stats_, meta, metas, items)) break;
+        reorder_.skip(f->position);  // the batch failed alone
+        continue;
       }
       l.pool.release(f->slot);  // stage-out has read pinned_out; every stream use is done
       reorder_.deposit(f->position, std::move(*out));
@@ -416,6 +426,7 @@ class gpu_node {
   std::string ring_name_;  // the trace counter of the input ring
   reorder_buffer<out_type> reorder_;
   std::vector<std::unique_ptr<lane>> lanes_;
+  bool may_expire_ = false;  // a service's items carry deadlines (set in start())
   std::atomic<std::size_t> live_{0};
 };
 

@@ -154,6 +154,7 @@ class map_node {
   }
 
   void start(thread_group& threads) {
+    may_expire_ = ctl_.has_tickets();                          // set up by now
     live_.store(stats_.workers(), std::memory_order_relaxed);  // relaxed: before spawn
     for (std::size_t w = 0; w < stats_.workers(); ++w)
       spawn_stage_thread(threads, [this, w] { lanes_ ? run_lanes(w) : run(w); });
@@ -173,8 +174,10 @@ class map_node {
         ctl_.cancel(n);
         break;
       }
+      // Lanes are chosen only where nothing is dropped (see pipeline_options::errors):
+      // each lane's next element is the next item of its count.
       std::optional<out_type> r;
-      if (!apply(probe, *v, r)) break;
+      if (apply(probe, *v, r) != step::done) break;
       if (!probe.emplace(out, std::move(*r), v->meta, std::move(v->metas))) {
         ctl_.cancel(n);
         break;
@@ -196,9 +199,12 @@ class map_node {
       std::optional<out_type> out;
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
-      } else if (apply(probe, in, out)) {
+      } else if (const step r = apply(probe, in, out); r == step::done) {
+        const std::uint64_t left = in.items();  // fewer than n if some of a batch expired
         if (probe.emplace(*out_, std::move(*out), in.meta, std::move(in.metas))) return true;
-        ctl_.cancel(n);
+        ctl_.cancel(left);
+      } else if (r == step::dropped) {
+        return true;
       }
       stopped = true;
       return false;
@@ -228,32 +234,47 @@ class map_node {
         break;
       }
       std::optional<out_type> out;
-      if (!apply(probe, *in, out)) break;
+      const step r = apply(probe, *in, out);
+      if (r == step::stop) break;
       // Depositing may emit downstream, through this worker's probe.
+      const auto push = [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); };
+      if (r == step::dropped) {
+        reorder_->skip(pos, push);  // the items after it do not wait for it
+        continue;
+      }
       reorder_->deposit(pos, envelope<out_type>{std::move(*out), in->meta, std::move(in->metas)},
-                        [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); });
+                        push);
     }
     leave();
   }
 
-  // Calls the function on one input into `out` and counts the work; false if it threw
-  // (the failure is recorded: the pipeline stops). The result stays out of an envelope
-  // until it goes downstream: emplace() builds the envelope in the ring's slot (see
-  // worker_probe::emplace). `out` is the caller's: an optional returned by value here
-  // was copied through the stack, and the load behind that copy stalled on the store.
-  CONVEYOR_HOT_INLINE bool apply(worker_probe& probe, envelope<In>& in,
+  // What became of one input: its result is in `out`; it left nothing (it failed alone,
+  // or expired); or the worker stops (it failed and the pipeline stops).
+  enum class step { done, dropped, stop };
+
+  // Calls the function on one input into `out` and counts the work. A service's items
+  // whose deadline passed expire first (see drop_expired()). A failure is recorded and
+  // handled by the error policy (control::fail_items()). The result stays out of an
+  // envelope until it goes downstream: emplace() builds the envelope in the ring's slot
+  // (see worker_probe::emplace). `out` is the caller's: an optional returned by value
+  // here was copied through the stack, and the load behind that copy stalled on the store.
+  CONVEYOR_HOT_INLINE step apply(worker_probe& probe, envelope<In>& in,
                                  std::optional<out_type>& out) noexcept {
+    if (may_expire_ && drop_expired(ctl_, stats_, in) == 0) [[unlikely]] {
+      probe.busy();
+      return step::dropped;
+    }
     try {
       metrics::nvtx_range range{probe.span_name()};
       out.emplace(stage_.function()(std::move(in.value)));
     } catch (...) {
       probe.busy();
-      ctl_.fail_current(stage_.name(), in.meta, in.items());
-      return false;
+      return ctl_.fail_items(stage_.name(), stats_, in.meta, in.metas, in.items()) ? step::dropped
+                                                                                   : step::stop;
     }
     probe.work_done();
     probe.items(in.items());
-    return true;
+    return step::done;
   }
 
   void leave() noexcept {
@@ -271,6 +292,7 @@ class map_node {
   std::vector<metrics::trace_track*> tracks_;  // one per worker; nullptr: no trace
   const bool lanes_ = in_->is_lanes() && stage_.workers() > 1;
   std::optional<reorder_buffer<out_type>> reorder_;
+  bool may_expire_ = false;  // a service's items carry deadlines (set in start())
   std::atomic<std::size_t> live_{0};
 };
 

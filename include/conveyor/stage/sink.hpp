@@ -71,7 +71,8 @@ namespace detail {
 
 // The end of a pipeline: calls `deliver(envelope&&)` for each arriving envelope on
 // `workers` threads, with the accounting every end shares. Deliver returns normally
-// when the item completed; a throw fails the pipeline with that item. A Deliver with a
+// when the item completed; a throw fails the item (and, unless the error policy
+// isolates failures, the pipeline). A Deliver with a
 // noexcept stopped_delivering() has it called by each worker as the worker ends.
 template <class In, class Deliver>
 class terminal_node {
@@ -136,7 +137,7 @@ class terminal_node {
         deliver_(std::move(in));
       } catch (...) {
         probe.busy();
-        ctl_.fail_current(name_, meta, n);
+        if (ctl_.fail_items(name_, stats_, meta, metas, n)) return true;  // failed alone
         stopped = true;
         return false;
       }

@@ -117,11 +117,11 @@ TEST_CASE("control: a service item's number and entry time go with its ticket") 
   REQUIRE(ctl.entered(detail::item_meta{8}).weight == 8);
   // A service's id is the ticket; a ticket used again carries the new item.
   ctl.use_tickets(4);
-  ctl.enter_ticket(2, 77, 1234);
+  ctl.enter_ticket(2, 77, 1234, 0);
   REQUIRE(ctl.seq_of(detail::item_meta{2}) == 77);
   REQUIRE(ctl.entered(detail::item_meta{2}).t0_ns == 1234);
   REQUIRE(ctl.entered(detail::item_meta{2}).weight == 1);
-  ctl.enter_ticket(2, 78, 0);  // metrics off: not timed
+  ctl.enter_ticket(2, 78, 0, 0);  // metrics off: not timed
   REQUIRE(ctl.seq_of(detail::item_meta{2}) == 78);
   REQUIRE(ctl.entered(detail::item_meta{2}).t0_ns == 0);
 }

@@ -5,13 +5,16 @@
 //   detail::check_service_capacity(n);                      // config_error unless it fits
 //   detail::service_tickets<request, response> desk{1024, ctl};
 //   std::uint32_t t = desk.take();                          // blocks while all are out
-//   desk.enter(t, std::move(x), arm, input_link, ctl);      // the item goes in under t
+//   desk.enter(t, std::move(x), arm, input_link, ctl, 0);   // the item goes in under t
 //   desk.deliver(std::move(result_envelope));               // the result node's function
+//   ctl.settle_alone(meta, error);                          // a stage: one item failed
 //   desk.stop_delivering(ctl);                              // its last act: after a failure,
 //                                                           // the rest fail now
 //   desk.settle_rest(ctl);                                  // after join: the rest fail
 //
-// Settling: the result node delivers each result while it runs. Once it ends because a
+// Settling: the result node delivers each result while it runs. An item that fails
+// alone (error_policy::isolate) or expires is settled by the stage that found it, through
+// control::settle_alone, which this class provides. Once the result node ends because a
 // stage failed, no item still out will get a result, so it settles them all at once with
 // that failure: a client's future does not wait for stop() or wait(). An item entering
 // while that happens is settled by exactly one of its enter() and stop_delivering() (see
@@ -19,13 +22,14 @@
 // left once every thread has joined (settle_rest()): by then an item that was failing as
 // the stop came has recorded its failure, and gets it rather than closed_error.
 //
-// Thread-safety: take(), try_take() and enter() from any number of submitting threads;
-// deliver() and then stop_delivering() from the result node's one thread; settle_rest()
-// after every stage thread has joined. Each races only with enter() calls, and exactly
-// one of the racers settles each item.
+// Thread-safety: take(), take_until(), try_take() and enter() from any number of
+// submitting threads; deliver() and then stop_delivering() from the result node's one
+// thread; settle_alone() from any stage thread; settle_rest() after every stage thread
+// has joined. Exactly one of the racers settles each item (the exchange on in_use).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -33,6 +37,7 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -47,6 +52,16 @@
 #include "conveyor/stage/detail/link.hpp"
 
 namespace conveyor::detail {
+
+// What submit(x, d) takes as a deadline rather than as a callback.
+template <class T>
+inline constexpr bool is_chrono_v = false;
+template <class Rep, class Period>
+inline constexpr bool is_chrono_v<std::chrono::duration<Rep, Period>> = true;
+template <class Clock, class Duration>
+inline constexpr bool is_chrono_v<std::chrono::time_point<Clock, Duration>> = true;
+template <class T>
+inline constexpr bool is_deadline_v = is_chrono_v<std::remove_cvref_t<T>>;
 
 // input<T>().capacity(n): how many items a service holds at once (its tickets, and the
 // slots of its input ring). @throws config_error unless n is a power of two in [2, 2^30].
@@ -103,6 +118,9 @@ class service_tickets {
     ctl.use_tickets(slots_.size());
     for (std::uint32_t t = 0; t < slots_.size(); ++t) (void)free_.try_push(t);
     ctl.on_stop([this] { free_.close(); });
+    ctl.settle_alone = [this](const item_meta& m, std::exception_ptr e) noexcept {
+      settle_alone(static_cast<std::uint32_t>(m.id), std::move(e));
+    };
   }
 
   // A free ticket, which bounds the items in flight. nullopt: the service stopped.
@@ -110,6 +128,10 @@ class service_tickets {
   std::optional<std::uint32_t> take() { return free_.pop(); }
   // As take(), but nullopt at once when every ticket is out (or the service stopped).
   std::optional<std::uint32_t> try_take() { return free_.try_pop(); }
+  // As take(), but nullopt once `deadline` passes first (or the service stopped).
+  std::optional<std::uint32_t> take_until(std::chrono::steady_clock::time_point deadline) {
+    return free_.pop_until(deadline);
+  }
 
   // arm(slot) sets the ticket's promise or callback, then x enters the pipeline through
   // `input` under it. If arming or wrapping x throws (bad_alloc in a std::function, a
@@ -119,14 +141,15 @@ class service_tickets {
   // delivering as x went in, by whichever of this call and stop_delivering() sees the
   // other's flag.
   template <class Arm>
-  void enter(std::uint32_t ticket, In&& x, Arm&& arm, link<In>& input, control& ctl) {
+  void enter(std::uint32_t ticket, In&& x, Arm&& arm, link<In>& input, control& ctl,
+             std::int64_t deadline_ns) {
     slot& s = slots_[ticket];
     std::optional<envelope<In>> e;
     try {
       arm(s);
       // The item's id is its ticket; its number and entry time go with the ticket.
       ctl.enter_ticket(ticket, next_seq_.fetch_add(1, std::memory_order_relaxed),
-                       ctl.metrics_on ? now_ns() : 0);
+                       ctl.metrics_on ? now_ns() : 0, deadline_ns);
       e.emplace(envelope<In>{std::move(x), {ticket}, {}});
     } catch (...) {
       s.done = nullptr;
@@ -178,6 +201,17 @@ class service_tickets {
     s.succeed(std::move(e.value));
     s.in_use.store(false, std::memory_order_relaxed);  // relaxed: the ring push publishes
     free_.push(std::uint32_t{ticket});
+  }
+
+  // A stage found that the item under `ticket` will get no result (it failed alone, or
+  // expired): its future or callback gets e now, on this thread, and the ticket goes
+  // back to the free list.
+  void settle_alone(std::uint32_t ticket, std::exception_ptr e) noexcept {
+    slot& s = slots_[ticket];
+    // acq_rel: as in settle(): exactly one settler takes in_use from true to false.
+    if (!s.in_use.exchange(false, std::memory_order_acq_rel)) return;  // a stop's pass did
+    s.fail(std::move(e));
+    (void)free_.try_push(std::uint32_t{ticket});  // never full; closed: the service stopped
   }
 
   // The result node's last act, on its thread once it delivers no more. If a stage

@@ -6,13 +6,15 @@
 //   ctl.on_stop([&] { ring.close(); });           // setup: what a stop must wake
 //   ctl.await_gate();                             // each stage thread, before its loop
 //   try { f(x); } catch (...) { ctl.fail_current("decode", meta, 1); }  // stops everything
+//   try { f(x); } catch (...) { go_on = ctl.fail_items("decode", stats, meta, metas, 1); }
+//   if (ctl.has_tickets() && ctl.is_expired(meta)) ctl.expire(stats, meta);  // a service's
 //   if (ctl.is_stopping()) ...
 //
 // The members that are not on an item's path are compiled once, in the library
 // (src/conveyor/control.cpp).
-// Thread-safety: the atomics and fail_current()/stop()/cancel() from any thread; on_stop(),
-// make_track(), use_tickets() and count_completions_of() during setup only (before any
-// stage thread runs).
+// Thread-safety: the atomics and fail_current()/fail_items()/expire()/stop()/cancel()
+// from any thread; on_stop(), make_track(), use_tickets(), count_completions_of(),
+// isolate_failures and settle_alone during setup only (before any stage thread runs).
 #pragma once
 
 #include <atomic>
@@ -26,10 +28,12 @@
 #include <utility>
 #include <vector>
 
+#include "conveyor/base/clock.hpp"
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/error.hpp"
 #include "conveyor/base/first_error.hpp"
 #include "conveyor/counters/batch_stats.hpp"
+#include "conveyor/counters/failure_log.hpp"
 #include "conveyor/counters/lane_stats.hpp"
 #include "conveyor/counters/stage_stats.hpp"
 #include "conveyor/counters/trace.hpp"
@@ -83,13 +87,24 @@ class control {
   // or after every thread has joined). A source pipeline has none.
   struct ticket_entry {
     std::uint64_t seq = 0;
-    std::int64_t t0_ns = 0;  // 0: not timed (metrics off)
+    std::int64_t t0_ns = 0;        // 0: not timed (metrics off)
+    std::int64_t deadline_ns = 0;  // on the now_ns() clock; 0: none
   };
   // Setup only: makes this a service pipeline's control, with `tickets` tickets.
   void use_tickets(std::size_t tickets) { tickets_.resize(tickets); }
   // submit() only, before the item enters: what ticket `ticket`'s item is.
-  void enter_ticket(std::uint32_t ticket, std::uint64_t seq, std::int64_t t0_ns) noexcept {
-    tickets_[ticket] = {seq, t0_ns};
+  void enter_ticket(std::uint32_t ticket, std::uint64_t seq, std::int64_t t0_ns,
+                    std::int64_t deadline_ns) noexcept {
+    tickets_[ticket] = {seq, t0_ns, deadline_ns};
+  }
+  // A service item's deadline (0: none); a source pipeline's items have none.
+  std::int64_t deadline_of(const item_meta& m) const noexcept {
+    return tickets_.empty() ? 0 : tickets_[m.id].deadline_ns;
+  }
+  // Whether the item's deadline has passed (a clock read only for an item that has one).
+  bool is_expired(const item_meta& m) const noexcept {
+    const std::int64_t d = deadline_of(m);
+    return d != 0 && now_ns() >= d;
   }
   // The item's sequence number (for errors: "item N").
   std::uint64_t seq_of(const item_meta& m) const noexcept {
@@ -127,6 +142,17 @@ class control {
   alignas(cache_line_size) std::atomic<std::uint64_t> produced{0};
   alignas(cache_line_size) std::atomic<std::uint64_t> failed{0};
   std::atomic<std::uint64_t> cancelled{0};
+  std::atomic<std::uint64_t> expired{0};
+  // The first failures (stage, item, message) and how many there were.
+  metrics::failure_log failures;
+
+  // Setup only: a stage's failure on an item fails that item alone (error_policy::isolate;
+  // false: it stops the pipeline).
+  bool isolate_failures = false;
+  // Setup only, a service's: settles one item's future or callback with an error (an
+  // item that failed alone, or expired), on the calling stage thread. It must hand the
+  // item's ticket back. Empty in a source pipeline: such items are only counted.
+  std::function<void(const item_meta&, std::exception_ptr)> settle_alone;
 
   // Source thread only: one more item produced.
   void count_produced() noexcept {
@@ -165,6 +191,18 @@ class control {
     fail_current(stage, seq_of(item), items);
   }
 
+  // Call from inside a catch block, for the `items` items the stage threw on: `meta`,
+  // and for a batch `metas` (one per item). Counted on `stats` either way. With
+  // isolate_failures they fail alone: logged, counted as failed, each settled with the
+  // stage_error (settle_alone), and the stage goes on: returns true. Otherwise as
+  // fail_current() (the pipeline stops): returns false.
+  bool fail_items(const std::string& stage, metrics::stage_stats& stats, const item_meta& meta,
+                  const meta_list& metas, std::uint64_t items) noexcept;
+
+  // A service item whose deadline passed, found by `stats`'s stage before its work: it
+  // counts as expired and its future or callback gets deadline_error.
+  void expire(metrics::stage_stats& stats, const item_meta& m) noexcept;
+
   void cancel(std::uint64_t items) noexcept {
     cancelled.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
   }
@@ -176,6 +214,52 @@ class control {
   latency_samples samples_;            // a source pipeline's timed items
   std::atomic<bool> gate_{false};
 };
+
+// Before a stage's work on e (a service's item or batch): its items whose deadline has
+// passed expire (control::expire()). A batch that is a std::vector with one element per
+// item loses the expired elements; any other batch expires only when all its items
+// have. Returns the items left: 0 when nothing is left to work on (drop e).
+template <class T>
+std::uint64_t drop_expired(control& ctl, metrics::stage_stats& stats, envelope<T>& e) {
+  if (e.metas.empty()) {
+    if (!ctl.is_expired(e.meta)) return 1;
+    ctl.expire(stats, e.meta);
+    return 0;
+  }
+  const std::size_t n = e.metas.size();
+  std::int64_t now = 0;  // read once, at the first item with a deadline
+  const auto gone = [&](const item_meta& m) {
+    const std::int64_t d = ctl.deadline_of(m);
+    if (d == 0) return false;
+    if (now == 0) now = now_ns();
+    return now >= d;
+  };
+  std::size_t expired = 0;
+  for (const item_meta& m : e.metas) expired += gone(m) ? 1 : 0;
+  if (expired == 0) return n;
+  if constexpr (is_vector_v<T>) {
+    if (e.value.size() == n) {
+      // One pass: expiring an item hands its ticket back, after which its deadline may
+      // be another item's; each is read before its own item expires.
+      std::size_t kept = 0;
+      e.metas.retain([&](std::size_t i, const item_meta& m) {
+        if (gone(m)) {
+          ctl.expire(stats, m);
+          return false;
+        }
+        if (kept != i) e.value[kept] = std::move(e.value[i]);
+        ++kept;
+        return true;
+      });
+      e.value.erase(e.value.begin() + static_cast<std::ptrdiff_t>(kept), e.value.end());
+      if (kept != 0) e.meta = e.metas[0];
+      return kept;
+    }
+  }
+  if (expired < n) return n;  // not splittable: it goes on whole
+  for (const item_meta& m : e.metas) ctl.expire(stats, m);
+  return 0;
+}
 
 // The most workers a stage takes.
 inline constexpr std::size_t max_workers = 1024;

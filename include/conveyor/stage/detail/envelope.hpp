@@ -15,6 +15,7 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace conveyor::detail {
 
@@ -68,6 +69,17 @@ class meta_list {
     if (size() == capacity()) reserve(std::max<std::size_t>(8, 2 * capacity()));
     b_->items()[b_->size++] = m;
   }
+  // Keeps the metas m at the indices i for which keep(i, m) is true, in order, calling
+  // keep once per meta, first to last (no allocation).
+  template <class Keep>
+  void retain(Keep&& keep) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < size(); ++i) {
+      const item_meta m = b_->items()[i];
+      if (keep(i, m)) b_->items()[kept++] = m;
+    }
+    if (b_) b_->size = kept;
+  }
   void append(const meta_list& o) { append(o.begin(), o.size()); }
   void append(const item_meta* first, std::size_t n) {
     if (n == 0) return;
@@ -89,6 +101,12 @@ class meta_list {
   block* b_ = nullptr;
 };
 static_assert(sizeof(meta_list) == sizeof(void*));
+
+// True for std::vector: what batch() makes and unbatch() takes apart.
+template <class T>
+inline constexpr bool is_vector_v = false;
+template <class T, class A>
+inline constexpr bool is_vector_v<std::vector<T, A>> = true;
 
 // A value in flight. A batch carries one meta per item it holds (metas); a single item
 // carries its own (meta) and leaves metas empty, so it costs no allocation.

@@ -4,6 +4,7 @@
 //   detail::reorder_buffer<out> rb{window, out_link, ctl};
 //   if (!rb.admit(pos)) return;                // worker: wait until pos fits the window
 //   rb.deposit(pos, std::move(result));        // emits every consecutive ready result
+//   rb.skip(pos);                              // pos has no result (failed alone, expired)
 //
 // Thread-safety: admit() and deposit() from any worker; one emitter at a time, chosen by
 // the emitting_ flag (see emit()). discard() after every worker has joined.
@@ -78,6 +79,19 @@ class reorder_buffer {
     deposit(p, std::move(v), [this](envelope<T>&& e) noexcept { return out_->push(std::move(e)); });
   }
 
+  // Position p (admitted) leaves nothing: its item failed alone or expired. The
+  // positions after it do not wait for it.
+  template <class Push>
+  void skip(std::size_t p, Push&& push) noexcept {
+    slot& s = slots_[p & mask_];
+    // seq_cst: as in deposit(); the slot's value stays empty.
+    s.ready.store(p + 1, std::memory_order_seq_cst);
+    emit(push);
+  }
+  void skip(std::size_t p) noexcept {
+    skip(p, [this](envelope<T>&& e) noexcept { return out_->push(std::move(e)); });
+  }
+
   // Wakes admit() waiters after a stop.
   void wake() noexcept { room_.notify(); }
 
@@ -112,14 +126,15 @@ class reorder_buffer {
         slot& s = slots_[next & mask_];
         // acquire: pairs with the store of ready in deposit(); the value is written.
         if (s.ready.load(std::memory_order_acquire) != next + 1) break;
+        if (!s.value) {                                 // a skipped position: nothing to push
+          s.ready.store(0, std::memory_order_relaxed);  // relaxed: as below
+          advance(++next);
+          continue;
+        }
         envelope<T> v = std::move(*s.value);
         s.value.reset();
         s.ready.store(0, std::memory_order_relaxed);  // relaxed: only the emitter reads it next
-        ++next;
-        next_ = next;
-        // release: pairs with the acquire in admit(); the slot is free for reuse.
-        emitted_.store(next, std::memory_order_release);
-        room_.notify();
+        advance(++next);
         const std::uint64_t n = v.items();
         if (!push(std::move(v))) ctl_.cancel(n);  // stopping: the rest is drained later
       }
@@ -128,6 +143,14 @@ class reorder_buffer {
       emitting_.store(false, std::memory_order_seq_cst);
       if (slots_[next & mask_].ready.load(std::memory_order_seq_cst) != next + 1) return;
     }
+  }
+
+  // The emitter, past position next - 1: the slots before next are free for reuse.
+  void advance(std::size_t next) noexcept {
+    next_ = next;
+    // release: pairs with the acquire in admit(); the slot is free for reuse.
+    emitted_.store(next, std::memory_order_release);
+    room_.notify();
   }
 
   const std::size_t window_;
