@@ -415,10 +415,11 @@ TEST_CASE("deadlines: an expired request never reaches the stages after the chec
   gate.notify_all();
   CHECK(head.get() == 1);
   std::uint64_t expired = 0, served = 0;
+  // acquire: pairs with each callback's release increment; what it wrote is visible.
+  if (callbacks)
+    while (settled.load(std::memory_order_acquire) < 2 * k) std::this_thread::sleep_for(1ms);
   for (std::uint64_t x = 1; x <= 2 * k; ++x) {
-    if (callbacks) {
-      while (!got[x]) std::this_thread::sleep_for(1ms);
-    } else {
+    if (!callbacks) {
       try {
         got[x].emplace(outcome<std::uint64_t>::success(futures[x].get()));
       } catch (...) {
