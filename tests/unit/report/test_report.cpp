@@ -125,6 +125,9 @@ TEST_CASE("report: builders carry the counters over exactly") {
 
 TEST_CASE("report: operator<< prints one row per stage and lane, and the verdict") {
   m::report r = report_from_counters();
+  r.stages[1].failed = 6;
+  r.errors = {{"normalize", 17, "bad header"}};
+  r.errors_total = 6;
   std::ostringstream os;
   os << r;
   const std::string s = os.str();
@@ -152,7 +155,10 @@ TEST_CASE("report: operator<< prints one row per stage and lane, and the verdict
                              "verdict: cpu_stage_bound ('normalize')",
                              "advice: add workers",
                              "CPU: the process kept 0.75 of its 2 cores busy (37.5%)",
-                             "placement: automatic, stage threads pinned after 7 of 9 rounds"})
+                             "placement: automatic, stage threads pinned after 7 of 9 rounds",
+                             "  failed 6\n",
+                             "errors: 6 (the first 1)",
+                             "stage 'normalize', item 17: bad header"})
     REQUIRE(s.find(needle) != std::string::npos);
   REQUIRE(s.find("in flight") == std::string::npos);
   r.produced = 6410;
@@ -164,7 +170,21 @@ TEST_CASE("report: operator<< prints one row per stage and lane, and the verdict
 TEST_CASE("report: to_json parses and round-trips every number") {
   m::report r = report_from_counters();
   r.stages[2].occupancy_mean = std::numeric_limits<double>::quiet_NaN();  // JSON has no NaN
+  r.expired = 3;
+  r.stages[1].failed = 6;
+  r.stages[1].expired = 3;
+  r.errors = {{"normalize", 17, "bad \"header\""}, {"normalize", 40, "short read"}};
+  r.errors_total = 6;
   const json j = json::parse(m::to_json(r));
+  REQUIRE(j["expired"] == 3);
+  REQUIRE(j["stages"][1]["failed"] == 6);
+  REQUIRE(j["stages"][1]["expired"] == 3);
+  REQUIRE(j["errors_total"] == 6);
+  REQUIRE(j["errors"].size() == 2);
+  REQUIRE(j["errors"][0]["stage"] == "normalize");
+  REQUIRE(j["errors"][0]["item"] == 17);
+  REQUIRE(j["errors"][0]["message"] == "bad \"header\"");
+  REQUIRE(j["errors"][1]["item"] == 40);
   REQUIRE(j["wall_s"].get<double>() == r.wall_s);
   REQUIRE(j["produced"] == r.produced);
   REQUIRE(j["completed"] == r.completed);
