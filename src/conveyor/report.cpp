@@ -90,6 +90,7 @@ lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
   l.d2h_s = ns_to_s(c.d2h_ns);
   l.h2d_bytes = c.h2d_bytes;
   l.d2h_bytes = c.d2h_bytes;
+  l.cpu_s = ns_to_s(c.cpu_ns);
   return l;
 }
 
@@ -169,12 +170,12 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
   if (!r.lanes.empty()) {
     o << "  " << pad("lane", 6, true) << pad("batches", 9) << pad("items", 12) << pad("H2D ms", 12)
       << pad("compute ms", 12) << pad("D2H ms", 12) << pad("H2D GB/s", 10) << pad("D2H GB/s", 10)
-      << '\n';
+      << pad("CPU ms", 10) << '\n';
     for (const auto& l : r.lanes) {
       o << "  " << pad(num(l.lane), 6, true) << pad(num(l.batches), 9) << pad(num(l.items), 12)
         << pad(ms(l.h2d_s), 12) << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
         << pad(fmt("%.2f", l.h2d_bandwidth() * 1e-9), 10)
-        << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << '\n';
+        << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << pad(ms(l.cpu_s), 10) << '\n';
     }
   }
   if (r.batching) {
@@ -251,7 +252,7 @@ std::string to_json(const report& r) {
     j.begin_object();
     j.field("lane", l.lane).field("batches", l.batches).field("items", l.items);
     j.field("h2d_s", l.h2d_s).field("compute_s", l.compute_s).field("d2h_s", l.d2h_s);
-    j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes);
+    j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes).field("cpu_s", l.cpu_s);
     j.end_object();
   }
   j.end_array();

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "test_support.hpp"
@@ -92,6 +93,48 @@ TEST_CASE("gpu segment (host runtime, jitter): 100k items equal the CPU referenc
   REQUIRE(c.produced == c.completed + c.failed + c.cancelled);
   REQUIRE(mismatches == 0);
   REQUIRE(out_of_order == 0);  // results leave in input order
+}
+
+// Lanes wait for their events asleep (event_wait::block, the default) or polling (spin):
+// the same results either way, and the lane table shows what the lane threads' CPU paid.
+// The "kernels" sleep: asleep, the lane threads use a small part of that time in CPU.
+TEST_CASE("gpu segment: lanes that wait asleep or spinning agree; the report has their CPU time") {
+  const event_wait w = GENERATE(event_wait::block, event_wait::spin);
+  CAPTURE(w == event_wait::block ? "block" : "spin");
+  constexpr int n = 400;
+  auto g = gpu<R, int, int>(
+      {.lanes = 2, .in_elems = 16, .out_elems = 16, .waiting = w},
+      [](std::vector<int>& b, R::pinned_span<int> dst) {
+        for (std::size_t i = 0; i < b.size(); ++i) dst[i] = b[i];
+        return b.size();
+      },
+      [](lane_batch<R, int, int>& l) {
+        const std::size_t k = l.items;
+        l.stream.enqueue([in = l.in, out = l.out, k] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          for (std::size_t i = 0; i < k; ++i) out.unsafe_host()[i] = in.unsafe_host()[i] * 2;
+        });
+        return k;
+      },
+      [](std::vector<int>&& b, R::pinned_span<const int> r) {
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = r[i];
+        return b;
+      });
+  int next = 0, wrong = 0;
+  pipeline p{from_range(std::views::iota(0, n)) | batch(16) | std::move(g) | unbatch() |
+             sink([&](int y) { wrong += y == 2 * next++ ? 0 : 1; })};
+  const report r = p.run();
+  CHECK(r.completed == n);
+  CHECK(wrong == 0);
+  REQUIRE(r.lanes.size() == 2);
+  double cpu = 0, stream = 0;
+  for (const auto& l : r.lanes) {
+    CHECK(l.cpu_s > 0);
+    cpu += l.cpu_s;
+    stream += l.compute_s;
+  }
+  CAPTURE(cpu, stream);
+  if (w == event_wait::block) CHECK(cpu < 0.5 * stream);
 }
 
 TEST_CASE("gpu segment: a batch larger than a slot fails with what to change") {

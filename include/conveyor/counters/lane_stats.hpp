@@ -51,6 +51,7 @@ struct lane_counters {
   std::int64_t d2h_ns = 0;
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
+  std::int64_t cpu_ns = 0;  // CPU time of the lane's host threads (enqueue and completion)
 };
 
 class alignas(cache_line_size) lane_stats {
@@ -68,6 +69,12 @@ class alignas(cache_line_size) lane_stats {
     d2h_bytes_.fetch_add(t.d2h_bytes, std::memory_order_relaxed);
   }
 
+  // CPU time one of the lane's threads used since it last added (any thread).
+  void add_cpu_ns(std::int64_t ns) noexcept {
+    // relaxed: a statistic, as in record_batch().
+    if (ns > 0) cpu_ns_.fetch_add(static_cast<std::uint64_t>(ns), std::memory_order_relaxed);
+  }
+
   lane_counters snapshot() const noexcept {
     // relaxed: see record_batch(); each value is untorn, not all of one instant.
     lane_counters c;
@@ -78,6 +85,7 @@ class alignas(cache_line_size) lane_stats {
     c.d2h_ns = static_cast<std::int64_t>(d2h_ns_.load(std::memory_order_relaxed));
     c.h2d_bytes = h2d_bytes_.load(std::memory_order_relaxed);
     c.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);
+    c.cpu_ns = static_cast<std::int64_t>(cpu_ns_.load(std::memory_order_relaxed));
     return c;
   }
 
@@ -89,6 +97,7 @@ class alignas(cache_line_size) lane_stats {
   std::atomic<std::uint64_t> d2h_ns_{0};
   std::atomic<std::uint64_t> h2d_bytes_{0};
   std::atomic<std::uint64_t> d2h_bytes_{0};
+  std::atomic<std::uint64_t> cpu_ns_{0};
 };
 static_assert(sizeof(lane_stats) == cache_line_size,
               "lane_stats: each lane's counters must own exactly one cache line");

@@ -79,6 +79,7 @@ struct lane_report {
   double d2h_s = 0.0;
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
+  double cpu_s = 0.0;  // CPU time of the lane's host threads: low while they wait asleep
 
   // Achieved bandwidth over the time spent in that phase, bytes/s; 0 with no time.
   double h2d_bandwidth() const noexcept {

@@ -9,7 +9,8 @@
 //
 // A runtime R provides: stream (move-only, default-constructible, converts to stream_ref),
 // stream_ref (copyable, not constructible from int or nullptr; wait/synchronize), event
-// (move-only, explicit from event_timing; record/query/synchronize, elapsed_ms by ADL),
+// (move-only, explicit from event_timing [, event_wait]; record/query/synchronize,
+// elapsed_ms by ADL),
 // pinned_buffer/pinned_span and device_buffer/device_span (distinct, trivially copyable
 // spans; pinned ones have host element access, device ones none), and copy_async /
 // memset_async found by ADL that take only those spans, never a std::vector or a pointer.
@@ -51,7 +52,8 @@ concept runtime_stream_ref =
 template <class E, class Ref>
 concept runtime_event =
     std::movable<E> && !std::copyable<E> && std::is_nothrow_destructible_v<E> &&
-    std::constructible_from<E, event_timing> && !std::convertible_to<event_timing, E> &&
+    std::constructible_from<E, event_timing> &&
+    std::constructible_from<E, event_timing, event_wait> && !std::convertible_to<event_timing, E> &&
     requires(E& e, const E& ce, Ref r) {
       e.record(r);
       { ce.query() } -> std::same_as<bool>;

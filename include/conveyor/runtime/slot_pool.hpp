@@ -67,7 +67,9 @@ class slot_pool {
 
   // @throws config_error on 0 slots, 0 elements, more than max_slots slots, or a region
   // above 1 TiB; the runtime's allocation error (bytes and pool label) when memory runs out.
-  slot_pool(std::size_t slots, std::size_t in_elems, std::size_t out_elems)
+  // wait: how acquire() and the destructor wait for a slot's last use (see event_wait).
+  slot_pool(std::size_t slots, std::size_t in_elems, std::size_t out_elems,
+            event_wait wait = event_wait::block)
       : count_(check(slots, in_elems, out_elems)),
         in_stride_(stride<In>(in_elems)),
         out_stride_(stride<Out>(out_elems)),
@@ -84,6 +86,7 @@ class slot_pool {
       s.device_out = device_out_.span().subspan(i * out_stride_, out_elems);
       s.pinned_out = pinned_out_.span().subspan(i * out_stride_, out_elems);
       s.index = i;
+      if (wait != event_wait::block) s.done_ = typename R::event{event_timing::disabled, wait};
       push_free(&s);
     }
   }

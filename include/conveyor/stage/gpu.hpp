@@ -22,7 +22,10 @@
 // H2D, compute and D2H; the union of compute intervals over all lanes is the GPU busy time.
 //
 // Threads: per lane, one thread that prepares and enqueues and one that waits for the
-// batch's last event and runs stage-out. The compute functor is called on the lane
+// batch's last event and runs stage-out. Both wait asleep by default (gpu_options::waiting:
+// event_wait::block), leaving their cores to the CPU stages; event_wait::spin polls
+// instead, a core per lane thread, for the last microseconds of latency. The report's
+// lane table shows the CPU time the lane threads used. The compute functor is called on the lane
 // thread (it must only enqueue work on l.stream); stage-in and stage-out run concurrently
 // on different lanes, so they must be safe for that.
 #pragma once
@@ -58,6 +61,8 @@ struct gpu_options {
   std::size_t in_elems = 0;        // capacity of a slot's input, in elements (required)
   std::size_t out_elems = 0;       // capacity of a slot's output, in elements (required)
   std::string name = "gpu";
+  // How the lane threads wait for a batch's events and for a free slot (see event_wait).
+  event_wait waiting = event_wait::block;
 };
 
 // What the compute functor gets for one batch.
@@ -207,22 +212,28 @@ class gpu_node {
 
   struct lane {
     lane(typename R::stream s, const gpu_options& o)
-        : pool(o.slots_per_lane, o.in_elems, o.out_elems),
+        : pool(o.slots_per_lane, o.in_elems, o.out_elems, o.waiting),
           done(next_power_of_two(o.slots_per_lane)),
-          timing(o.slots_per_lane),
-          stream(std::move(s)) {}
+          reference{event_timing::enabled, o.waiting},
+          stream(std::move(s)) {
+      timing.reserve(o.slots_per_lane);
+      for (std::size_t i = 0; i < o.slots_per_lane; ++i) timing.emplace_back(o.waiting);
+    }
     pool_t pool;
     spsc_ring<in_flight> done;  // enqueue thread -> completion thread, in stream order
     // Four timing events per slot: before H2D, after H2D, after compute, after D2H.
     struct events {
-      typename R::event e[4] = {
-          typename R::event{event_timing::enabled}, typename R::event{event_timing::enabled},
-          typename R::event{event_timing::enabled}, typename R::event{event_timing::enabled}};
+      explicit events(event_wait w)
+          : e{typename R::event{event_timing::enabled, w},
+              typename R::event{event_timing::enabled, w},
+              typename R::event{event_timing::enabled, w},
+              typename R::event{event_timing::enabled, w}} {}
+      typename R::event e[4];
     };
     std::vector<events> timing;
-    typename R::event reference{event_timing::enabled};  // elapsed times count from here
-    std::int64_t reference_ns = 0;                       // ... which was now_ns() then
-    metrics::trace_track* device_track = nullptr;        // nullptr: no trace
+    typename R::event reference;                   // elapsed times count from here
+    std::int64_t reference_ns = 0;                 // ... which was now_ns() then
+    metrics::trace_track* device_track = nullptr;  // nullptr: no trace
     metrics::trace_track* enqueue_track = nullptr;
     metrics::trace_track* complete_track = nullptr;
     // Last member, so destroyed first: the stream finishes its queued copies before the
@@ -255,14 +266,31 @@ class gpu_node {
     return l.reference_ns + static_cast<std::int64_t>(elapsed_ms(l.reference, e) * 1e6);
   }
 
+  // Charges the CPU time its lane thread used since the last charge to the lane's
+  // counters: one clock read of the thread's CPU time per batch, with metrics on.
+  struct cpu_meter {
+    explicit cpu_meter(metrics::lane_stats* l) noexcept
+        : lane(l), last(l != nullptr ? thread_cpu_ns() : 0) {}
+    void charge() noexcept {
+      if (lane == nullptr) return;
+      const std::int64_t now = thread_cpu_ns();
+      lane->add_cpu_ns(now - last);
+      last = now;
+    }
+    metrics::lane_stats* lane;  // nullptr: not measured
+    std::int64_t last;
+  };
+
   void enqueue_loop(std::size_t index) noexcept {
     ctl_.await_gate();
     lane& l = *lanes_[index];
     worker_probe probe{ctl_, stats_, index, l.enqueue_track, "enqueue", ring_name_.c_str()};
+    cpu_meter cpu{ctl_.metrics_on ? &gpu_.lane(index) : nullptr};
     auto stream = l.stream.ref();
     for (;;) {
       std::size_t pos = 0;
       auto b = probe.pop(*in_, &pos);
+      cpu.charge();  // the previous batch's work, and this wait
       if (!b) break;
       probe.occupancy(*in_);
       if (ctl_.is_stopping() || !reorder_.admit(pos)) {
@@ -337,6 +365,7 @@ class gpu_node {
       }
       probe.blocked();
     }
+    cpu.charge();
     l.done.close();
   }
 
@@ -346,7 +375,9 @@ class gpu_node {
     const bool measure = ctl_.metrics_on;
     metrics::trace_track* const device_track = measure ? l.device_track : nullptr;
     metrics::trace_track* const complete_track = measure ? l.complete_track : nullptr;
+    cpu_meter cpu{measure ? &gpu_.lane(index) : nullptr};
     while (auto f = l.done.pop()) {
+      cpu.charge();  // the previous batch's stage-out, and the waits
       const std::uint64_t items = f->batch.items();
       if (ctl_.is_stopping()) {
         release_after_stream(l, f->slot);  // its stream work may still run: reuse after it
@@ -397,6 +428,7 @@ class gpu_node {
     }
     // acq_rel: the last completion thread closes the ring behind the segment after every
     // lane's deposits (release by each, acquire by the last).
+    cpu.charge();
     if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) reorder_.close_output();
   }
 

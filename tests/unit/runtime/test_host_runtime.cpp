@@ -25,6 +25,7 @@
 
 namespace host = conveyor::host;
 using conveyor::event_timing;
+using conveyor::event_wait;
 using namespace std::chrono_literals;
 
 namespace {
@@ -237,6 +238,31 @@ TEST_CASE(
   REQUIRE(start_done);
   REQUIRE(end.query());
   REQUIRE(elapsed_ms(start, end) >= 0.0f);  // same stream: end completes after start
+}
+
+TEST_CASE("host event: event_wait::spin waits as block does, for completion and errors") {
+  const event_wait w = GENERATE(event_wait::block, event_wait::spin);
+  gate g;
+  host::stream s;
+  gate::opener open_on_exit{g};
+  host::event e{event_timing::enabled, w};
+  int value = 0;  // written on the stream's thread, read after the event: ordered by it
+  s.ref().enqueue([&] {
+    g.wait();
+    value = 7;
+  });
+  e.record(s);
+  const bool pending = !e.query();
+  std::thread opener{[&g] { g.open(); }};
+  e.synchronize();
+  opener.join();
+  REQUIRE(pending);
+  REQUIRE(value == 7);
+  // Behind a failed stream the event carries its error, waited for either way.
+  s.ref().enqueue([] { throw std::runtime_error("kernel fault"); });
+  host::event after{event_timing::disabled, w};
+  after.record(s);
+  REQUIRE_THROWS_WITH(after.synchronize(), Catch::Contains("kernel fault"));
 }
 
 TEST_CASE("host event: destroying an event with a record pending is safe") {

@@ -3,7 +3,7 @@
 //   conveyor::cuda::event done{conveyor::event_timing::disabled};
 //   done.record(s);                        // async: behind everything enqueued on s so far
 //   other.ref().wait(done);                // other's later work waits for it
-//   if (!done.query()) done.synchronize(); // poll, then block
+//   if (!done.query()) done.synchronize(); // poll, then block (asleep: event_wait::block)
 //   float ms = elapsed_ms(start, end);     // both timing-enabled and completed
 //
 // An event never recorded counts as complete (CUDA's rule). Move-only: from_native()
@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "conveyor/base/config.hpp"
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/base/error.hpp"
 #include "conveyor/runtime/cuda/check.hpp"
 #include "conveyor/runtime/cuda/stream.hpp"
@@ -30,9 +31,11 @@ class event {
  public:
   event() : event(event_timing::disabled) {}
   // @throws cuda_error
-  explicit event(event_timing t) : timing_(t == event_timing::enabled) {
-    CONVEYOR_CUDA_TRY(
-        cudaEventCreateWithFlags(&e_, timing_ ? cudaEventDefault : cudaEventDisableTiming));
+  explicit event(event_timing t, event_wait w = event_wait::block)
+      : timing_(t == event_timing::enabled), spin_(w == event_wait::spin) {
+    const unsigned flags = (timing_ ? cudaEventDefault : cudaEventDisableTiming) |
+                           (spin_ ? 0u : static_cast<unsigned>(cudaEventBlockingSync));
+    CONVEYOR_CUDA_TRY(cudaEventCreateWithFlags(&e_, flags));
     detail::cuda_counters::add(detail::cuda_counters::events, 1);
   }
 
@@ -45,12 +48,14 @@ class event {
     return std::exchange(e_, nullptr);
   }
 
-  event(event&& other) noexcept : e_(std::exchange(other.e_, nullptr)), timing_(other.timing_) {}
+  event(event&& other) noexcept
+      : e_(std::exchange(other.e_, nullptr)), timing_(other.timing_), spin_(other.spin_) {}
   event& operator=(event&& other) noexcept {
     if (this != &other) {
       reset();
       e_ = std::exchange(other.e_, nullptr);
       timing_ = other.timing_;
+      spin_ = other.spin_;
     }
     return *this;
   }
@@ -69,8 +74,15 @@ class event {
     return true;
   }
 
-  // @note blocks until the latest record completed. @throws cuda_error
-  void synchronize() const { CONVEYOR_CUDA_TRY(cudaEventSynchronize(e_)); }
+  // @note blocks until the latest record completed: asleep (event_wait::block, the
+  // default) or polling (spin). @throws cuda_error
+  void synchronize() const {
+    if (!spin_) {
+      CONVEYOR_CUDA_TRY(cudaEventSynchronize(e_));
+      return;
+    }
+    while (!query()) conveyor::detail::cpu_relax();
+  }
 
   bool timing_enabled() const noexcept { return timing_; }
   cudaEvent_t native() const noexcept { return e_; }
@@ -101,6 +113,7 @@ class event {
 
   cudaEvent_t e_ = nullptr;
   bool timing_ = false;
+  bool spin_ = false;
 };
 
 inline void stream_ref::wait(const event& e) const {

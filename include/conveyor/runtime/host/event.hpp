@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "conveyor/base/config.hpp"
+#include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/base/error.hpp"
 #include "conveyor/runtime/detail/host_stream_state.hpp"
 #include "conveyor/runtime/event_timing.hpp"
@@ -36,8 +37,9 @@ using conveyor::event_timing;
 class event {
  public:
   event() : event(event_timing::disabled) {}
-  explicit event(event_timing t)
-      : state_(std::make_shared<detail::host_event_state>(t == event_timing::enabled)) {}
+  explicit event(event_timing t, event_wait w = event_wait::block)
+      : state_(std::make_shared<detail::host_event_state>(t == event_timing::enabled)),
+        spin_(w == event_wait::spin) {}
 
   event(event&&) noexcept = default;
   event& operator=(event&&) noexcept = default;
@@ -63,9 +65,14 @@ class event {
     return true;
   }
 
-  // @note blocks until the latest record completed.
+  // @note blocks until the latest record completed: asleep (event_wait::block, the
+  // default) or polling (spin).
   // @throws the error of the stream the event completed on, if that stream had failed.
   void synchronize() const {
+    if (spin_) {
+      while (!query()) conveyor::detail::cpu_relax();
+      return;
+    }
     state_->done.wait(state_->done.last_claimed());
     if (std::exception_ptr e = state_->error()) std::rethrow_exception(e);
   }
@@ -91,6 +98,7 @@ class event {
  private:
   friend class stream_ref;
   std::shared_ptr<detail::host_event_state> state_;
+  bool spin_ = false;
 };
 
 inline void stream_ref::wait(const event& e) const {
