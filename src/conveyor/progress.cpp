@@ -28,6 +28,9 @@ report window(const report& later, const report& earlier) {
   w.failed = sub(later.failed, earlier.failed);
   w.cancelled = sub(later.cancelled, earlier.cancelled);
   w.process_cpu_s = subd(later.process_cpu_s, earlier.process_cpu_s);
+  w.machine_cpu_s = subd(later.machine_cpu_s, earlier.machine_cpu_s);
+  w.machine_busy_cpu_s = subd(later.machine_busy_cpu_s, earlier.machine_busy_cpu_s);
+  w.timeline.clear();  // the window is one period
   w.placement.rounds = sub(later.placement.rounds, earlier.placement.rounds);
   w.placement.pinned_rounds = sub(later.placement.pinned_rounds, earlier.placement.pinned_rounds);
   if (later.stages.size() == earlier.stages.size()) {
@@ -47,6 +50,8 @@ report window(const report& later, const report& earlier) {
       w.lanes[i].d2h_s = subd(later.lanes[i].d2h_s, earlier.lanes[i].d2h_s);
       w.lanes[i].h2d_bytes = sub(later.lanes[i].h2d_bytes, earlier.lanes[i].h2d_bytes);
       w.lanes[i].d2h_bytes = sub(later.lanes[i].d2h_bytes, earlier.lanes[i].d2h_bytes);
+      w.lanes[i].stage_in_s = subd(later.lanes[i].stage_in_s, earlier.lanes[i].stage_in_s);
+      w.lanes[i].stage_out_s = subd(later.lanes[i].stage_out_s, earlier.lanes[i].stage_out_s);
     }
   }
   w.gpu_busy_fraction = std::clamp(

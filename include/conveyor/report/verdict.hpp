@@ -89,8 +89,26 @@ struct verdict_thresholds {
   // input-limited: every stage after the first starved at least this share
   double input_starved = 0.5;
   // the process's CPU time over wall x usable CPUs at or above which the cores are
-  // taken: adding workers cannot help
+  // taken: adding workers cannot help. Also the machine's load (every process, from
+  // /proc/stat) at or above which, with others_busy of it other processes', other work
+  // holds the cores.
   double cores_busy = 0.9;
+  double others_busy = 0.2;
+  // a stage is named only when no other stage's load is within `margin` of its own,
+  // unless the waits point at it (attribution score higher by `tie`); within the GPU
+  // segment, a host part takes the pace from the device only when busier by `margin`
+  double margin = 0.10;
+  // the slot wait is credited to a part of the GPU segment only when that part is busy
+  // at least this share; below it no part is near capacity
+  double part_busy = 0.5;
+  // copies per batch below this many bytes: their fixed cost dominates, not the bytes
+  double large_copy_bytes = 256.0 * 1024;
+  // nothing at capacity, and the run shorter than min_wall_s or its mean item latency
+  // at least short_run of the wall time: too short to tell
+  double min_wall_s = 0.25;
+  double short_run = 0.25;
+  // a timeline phase must last this share of the run (and two periods) to count
+  double phase_share = 0.2;
 };
 
 // How busy the device was: lanes' stream time and the compute union, whichever is higher.
