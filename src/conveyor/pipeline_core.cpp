@@ -106,13 +106,15 @@ void pipeline_core::start(const std::function<void(thread_group&)>& spawn) {
         load_placer::shares_override{},
         // The placer is stopped (in join()) before anything it reads goes.
         [this](const chain_placement& where) { follow_placement(where); });
+  // The recorder's snapshots leave the timeline out: its thread starts before timeline_
+  // is set. Made before the progress line, whose reports read timeline_.
+  if (ctl_.metrics_on)
+    timeline_ = std::make_unique<metrics::timeline_recorder>([this] { return make_report(false); },
+                                                             timeline_period);
   if (options_.progress)
     progress_ = std::make_unique<metrics::progress_line>(
         [this] { return make_report(); }, options_.progress_period,
         options_.progress_out != nullptr ? *options_.progress_out : std::cerr);
-  if (ctl_.metrics_on)
-    timeline_ = std::make_unique<metrics::timeline_recorder>([this] { return make_report(); },
-                                                             timeline_period);
 }
 
 // After each placer round (on its thread): every ring that can grow moves to its reserve
@@ -131,7 +133,7 @@ void pipeline_core::join() {
   // Before joined_/end_ns_ change: the progress thread reads them through make_report().
   if (progress_) progress_->stop();
   // The run's last period ends with the stage threads: its report is exact.
-  if (timeline_) timeline_->stop(make_report());
+  if (timeline_) timeline_->stop(make_report(false));
   if (const std::optional<cpu_ticks> ticks = ticks_ ? read_cpu_ticks(cpu_list_) : std::nullopt) {
     end_ticks_busy_ = ticks->busy;
     end_ticks_total_ = ticks->total;
@@ -150,7 +152,9 @@ item_counts pipeline_core::counts() const noexcept {
           ctl_.cancelled.load(std::memory_order_relaxed)};
 }
 
-conveyor::report pipeline_core::make_report() const {
+conveyor::report pipeline_core::make_report() const { return make_report(true); }
+
+conveyor::report pipeline_core::make_report(bool with_timeline) const {
   conveyor::report r;
   const std::int64_t end = joined_ ? end_ns_ : now_ns();
   r.wall_s = started_ ? ns_to_s(end - start_ns_) : 0.0;
@@ -198,7 +202,7 @@ conveyor::report pipeline_core::make_report() const {
       r.stages[g.producer + 1].ring_capacity = g.ring->deepest();
   r.gpu_busy_fraction = r.wall_s > 0 ? ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
   r.item_latency = metrics::make_latency_report(latency_);
-  if (timeline_) r.timeline = timeline_->periods();
+  if (with_timeline && timeline_) r.timeline = timeline_->periods();
   metrics::complete_report(r);
   if (!ctl_.metrics_on) {
     r.verdict = {verdict_kind::unmeasured,

@@ -39,6 +39,7 @@ report window(const report& later, const report& earlier) {
       w.stages[i].busy_s = subd(later.stages[i].busy_s, earlier.stages[i].busy_s);
       w.stages[i].starved_s = subd(later.stages[i].starved_s, earlier.stages[i].starved_s);
       w.stages[i].blocked_s = subd(later.stages[i].blocked_s, earlier.stages[i].blocked_s);
+      w.stages[i].cpu_s = subd(later.stages[i].cpu_s, earlier.stages[i].cpu_s);
     }
   }
   if (later.lanes.size() == earlier.lanes.size()) {
@@ -52,6 +53,8 @@ report window(const report& later, const report& earlier) {
       w.lanes[i].d2h_bytes = sub(later.lanes[i].d2h_bytes, earlier.lanes[i].d2h_bytes);
       w.lanes[i].stage_in_s = subd(later.lanes[i].stage_in_s, earlier.lanes[i].stage_in_s);
       w.lanes[i].stage_out_s = subd(later.lanes[i].stage_out_s, earlier.lanes[i].stage_out_s);
+      w.lanes[i].stage_out_cpu_s =
+          subd(later.lanes[i].stage_out_cpu_s, earlier.lanes[i].stage_out_cpu_s);
     }
   }
   w.gpu_busy_fraction = std::clamp(

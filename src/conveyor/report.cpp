@@ -68,6 +68,7 @@ stage_report make_stage_report(std::string name, stage_kind kind, std::size_t wo
   s.occupancy_mean = c.occupancy_mean();
   s.occupancy_max = static_cast<std::size_t>(c.occupancy_max);
   s.ring_capacity = ring_capacity;
+  s.cpu_s = ns_to_s(c.cpu_ns);
   return s;
 }
 
@@ -88,6 +89,7 @@ lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
   l.d2h_bytes = c.d2h_bytes;
   l.stage_in_s = ns_to_s(c.stage_in_ns);
   l.stage_out_s = ns_to_s(c.stage_out_ns);
+  l.stage_out_cpu_s = ns_to_s(c.stage_out_cpu_ns);
   return l;
 }
 
@@ -259,6 +261,7 @@ std::string to_json(const report& r) {
     j.field("items", s.items).field("busy_s", s.busy_s).field("starved_s", s.starved_s);
     j.field("blocked_s", s.blocked_s).field("occupancy_mean", s.occupancy_mean);
     j.field("occupancy_max", s.occupancy_max).field("ring_capacity", s.ring_capacity);
+    j.field("cpu_s", s.cpu_s);
     j.end_object();
   }
   j.end_array();
@@ -269,6 +272,7 @@ std::string to_json(const report& r) {
     j.field("h2d_s", l.h2d_s).field("compute_s", l.compute_s).field("d2h_s", l.d2h_s);
     j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes);
     j.field("stage_in_s", l.stage_in_s).field("stage_out_s", l.stage_out_s);
+    j.field("stage_out_cpu_s", l.stage_out_cpu_s);
     j.end_object();
   }
   j.end_array();

@@ -62,8 +62,10 @@ bool named(const verdict& v) noexcept {
          v.kind != verdict_kind::unmeasured;
 }
 
+// A phase is a stage: the kind may change within it (compute, then copies, on the gpu
+// stage) without the bottleneck moving.
 bool same_bottleneck(const bottleneck_phase& a, const bottleneck_phase& b) noexcept {
-  return a.kind == b.kind && a.stage == b.stage;
+  return a.stage == b.stage;
 }
 
 }  // namespace
@@ -71,7 +73,7 @@ bool same_bottleneck(const bottleneck_phase& a, const bottleneck_phase& b) noexc
 std::vector<bottleneck_phase> bottleneck_phases(const std::vector<verdict_period>& timeline,
                                                 double phase_share) {
   std::vector<bottleneck_phase> runs;
-  double longest_period = 0.0;  // of the current run, whose advice it keeps
+  double longest_period = 0.0;  // of the current run, whose kind and advice it keeps
   for (const verdict_period& p : timeline) {
     bottleneck_phase ph;
     ph.start_s = p.start_s;
@@ -86,6 +88,7 @@ std::vector<bottleneck_phase> bottleneck_phases(const std::vector<verdict_period
       runs.back().end_s = ph.end_s;
       ++runs.back().periods;
       if (p.end_s - p.start_s > longest_period) {
+        runs.back().kind = ph.kind;
         runs.back().advice = ph.advice;
         longest_period = p.end_s - p.start_s;
       }

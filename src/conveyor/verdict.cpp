@@ -121,6 +121,31 @@ struct run_view {
 
   bool saturated(std::size_t k) const noexcept { return L[k].value >= th.saturated; }
 
+  // Whether stage k's busy time is CPU work (so that taken cores limit it): its threads
+  // ran on a CPU >= cpu_bound of it; not measured (0): assumed. For the GPU segment's
+  // completion part, stage-out's CPU time over its wall time.
+  bool uses_cpu(std::size_t k) const noexcept {
+    const stage_report& s = r.stages[k];
+    if (s.kind == stage_kind::gpu && seg[k].top == segment::completion) {
+      double wall = 0, cpu = 0;
+      for (const auto& l : r.lanes) {
+        wall += l.stage_out_s;
+        cpu += l.stage_out_cpu_s;
+      }
+      return cpu <= 0.0 || cpu >= th.cpu_bound * wall;
+    }
+    return s.cpu_s <= 0.0 || s.cpu_s >= th.cpu_bound * s.busy_s;
+  }
+  // Whether the stages' busy time, all together, is CPU work (as uses_cpu()).
+  bool busy_is_cpu() const noexcept {
+    double busy = 0, cpu = 0;
+    for (const auto& s : r.stages) {
+      busy += s.busy_s;
+      cpu += s.cpu_s;
+    }
+    return cpu <= 0.0 || cpu >= th.cpu_bound * busy;
+  }
+
   // How well "everything before k waits for room, everything after k waits for input"
   // fits: highest at the bottleneck (the header's score(k)).
   double score(std::size_t k) const noexcept {
@@ -284,7 +309,7 @@ std::optional<verdict> gpu_at_capacity(const run_view& v) {
               "and keep enough lanes that copies overlap kernels."
             : "bring less back: reduce on the GPU (argmax / top-k / thresholding) before the "
               "copy, use larger batches, and keep enough lanes that copies overlap kernels.";
-    out.advice = what + (first_hints.empty() ? std::string{} : " " + first_hints);
+    out.advice = first_hints.empty() ? what : first_hints + " Then " + what;
   }
   return out;
 }
@@ -329,14 +354,18 @@ struct cores_state {
 // 3a. Another stage about as near capacity as the best (load within `margin`, at capacity
 // or not) that the waits do not tell apart from it (score within `tie`): no one stage is
 // clearly the limit, so none is named.
-std::optional<verdict> shared_limit(const run_view& v, std::size_t best, const cores_state& cores) {
+std::optional<verdict> shared_limit(const run_view& v, std::size_t best, cores_state cores) {
   const double best_score = v.score(best);
   std::string tied;
+  bool cpu = v.uses_cpu(best);
   for (std::size_t k = 0; k < v.n; ++k)
     if (k != best && v.score(k) > best_score - v.th.tie &&
-        v.L[k].value > v.L[best].value - v.th.margin)
+        v.L[k].value > v.L[best].value - v.th.margin) {
       tied += ", " + quoted(v.r.stages[k].name) + " " + pct(v.L[k].value);
+      cpu = cpu || v.uses_cpu(k);
+    }
   if (tied.empty()) return std::nullopt;
+  cores.taken = cores.taken && cpu;
   verdict out;
   out.kind = verdict_kind::balanced;
   out.summary = "no one stage is clearly nearest capacity (within " + pct(v.th.margin) +
@@ -352,8 +381,9 @@ std::optional<verdict> shared_limit(const run_view& v, std::size_t best, const c
 }
 
 // 3b. The advice for the one stage at capacity: where it sits decides the kind.
-verdict one_stage_at_capacity(const run_view& v, std::size_t best, const cores_state& cores) {
+verdict one_stage_at_capacity(const run_view& v, std::size_t best, cores_state cores) {
   const report& r = v.r;
+  cores.taken = cores.taken && v.uses_cpu(best);  // a stage that waits gains from workers
   const stage_report& s = r.stages[best];
   std::size_t threads = 0;
   for (const auto& st : r.stages) threads += st.workers;
@@ -538,7 +568,7 @@ verdict spread_out(const run_view& v) {
                    "measure a longer run (seconds, not milliseconds) before tuning: at this "
                    "length no stage is near capacity and the waits say nothing stable."};
   const cores_state cores{r, v.th};
-  if (cores.taken) {
+  if (cores.taken && v.busy_is_cpu()) {
     std::size_t threads = 0;
     for (const auto& st : r.stages) threads += st.workers;
     return verdict{

@@ -219,7 +219,7 @@ TEST_CASE("diagnosis: a CPU map burning every core -> cpu_stage_bound, advice fi
   // 'decode' burns 1 ms of its own thread's CPU per item on as many workers as the
   // process has CPUs: the report's CPU time covers at least that work, and the advice
   // follows what it measured (on an idle machine: every core busy, so "make it cheaper",
-  // not "add workers"; a machine busy with other work leaves this process spare time).
+  // not "add workers"; on a machine where other work holds part of the cores too).
   // Not scaled down under sanitizers: at a third of the run (CI's TSan build), 'decode'
   // read 76-85% busy, below the verdict's 85%, in 7 of ~100 runs (0 of 40 before
   // 2455f6a; not explained); at full length 0 of 45.
@@ -240,7 +240,12 @@ TEST_CASE("diagnosis: a CPU map burning every core -> cpu_stage_bound, advice fi
   CHECK(r.process_cpu_s >= 0.99e-3 * static_cast<double>(n));
   CHECK(r.process_cpu_s <= 1.05 * r.wall_s * static_cast<double>(cores) + 0.01);
   INFO(text(r));
-  if (metrics::process_cpu_load(r) >= metrics::verdict_thresholds{}.cores_busy) {
+  // The cores are taken when this process keeps them busy, or when other processes
+  // hold part of them and the machine is busy.
+  const metrics::verdict_thresholds th;
+  if (metrics::process_cpu_load(r) >= th.cores_busy ||
+      (metrics::machine_cpu_load(r) >= th.cores_busy &&
+       metrics::other_cpu_load(r) >= th.others_busy)) {
     CHECK_THAT(r.verdict.advice, Catch::Contains("make 'decode' cheaper"));
     CHECK(r.verdict.advice.find(".workers(") == std::string::npos);
   } else {
@@ -409,7 +414,10 @@ TEST_CASE("diagnosis: one lane, copies next to kernels -> the lanes hint comes f
   // One lane: 8 MiB in (a real memcpy on the stream thread), then 2 ms of kernel. The
   // lane is saturated and computes ~3/4 of its time: compute_bound, but the first thing
   // to do is a second lane, which overlaps one lane's copies with the other's kernels.
-  const std::uint64_t n = copy_items;
+  // Under sanitizers the memcpy is several times slower (ThreadSanitizer: ~20 ms), and
+  // the copies, not the kernel, take most of the lane: transfer_bound_h2d, with the same
+  // first hint, and at a quarter of the run (~4 s under ThreadSanitizer).
+  const std::uint64_t n = std::max<std::uint64_t>(t::scaled(copy_items), copy_items / 4);
   pipeline p{numbers(n) | batch(4) |
                  segment({.lanes = 1,
                           .slots_per_lane = 4,
@@ -419,10 +427,17 @@ TEST_CASE("diagnosis: one lane, copies next to kernels -> the lanes hint comes f
                  unbatch() | sink([](item) {}),
              copy_rings};
   const report r = p.run();
-  require_verdict(r, n, verdict_kind::compute_bound, "gpu");
+  REQUIRE(r.lanes.size() == 1);
+  const bool copies_longer = r.lanes[0].h2d_s > r.lanes[0].compute_s;
+#if !defined(CONVEYOR_TEST_SANITIZED)
+  CHECK_FALSE(copies_longer);
+#endif
+  require_verdict(
+      r, n, copies_longer ? verdict_kind::transfer_bound_h2d : verdict_kind::compute_bound, "gpu");
   CHECK_THAT(r.verdict.advice,
              Catch::StartsWith("Kernels run only") && Catch::Contains("more lanes (.lanes = 2)"));
-  CHECK(r.verdict.advice.find("more lanes") < r.verdict.advice.find("model cheaper"));
+  if (!copies_longer)
+    CHECK(r.verdict.advice.find("more lanes") < r.verdict.advice.find("model cheaper"));
   CHECK(r.verdict.advice.find("healthy") == std::string::npos);
 }
 

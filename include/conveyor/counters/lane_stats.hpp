@@ -41,8 +41,9 @@ struct batch_timing {
   interval d2h{};           // device-to-host copy
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
-  std::int64_t stage_in_ns = 0;   // stage-in, on the lane's thread (host clock)
-  std::int64_t stage_out_ns = 0;  // stage-out, on the lane's completion thread (host clock)
+  std::int64_t stage_in_ns = 0;       // stage-in, on the lane's thread (host clock)
+  std::int64_t stage_out_ns = 0;      // stage-out, on the lane's completion thread (host clock)
+  std::int64_t stage_out_cpu_ns = 0;  // of it, the completion thread's CPU time
 };
 
 // One lane's totals.
@@ -56,6 +57,7 @@ struct lane_counters {
   std::uint64_t d2h_bytes = 0;
   std::int64_t stage_in_ns = 0;
   std::int64_t stage_out_ns = 0;
+  std::int64_t stage_out_cpu_ns = 0;
 };
 
 class alignas(cache_line_size) lane_stats {
@@ -73,6 +75,7 @@ class alignas(cache_line_size) lane_stats {
     d2h_bytes_.fetch_add(t.d2h_bytes, std::memory_order_relaxed);
     stage_in_ns_.fetch_add(positive(t.stage_in_ns), std::memory_order_relaxed);
     stage_out_ns_.fetch_add(positive(t.stage_out_ns), std::memory_order_relaxed);
+    stage_out_cpu_ns_.fetch_add(positive(t.stage_out_cpu_ns), std::memory_order_relaxed);
   }
 
   lane_counters snapshot() const noexcept {
@@ -87,6 +90,8 @@ class alignas(cache_line_size) lane_stats {
     c.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);
     c.stage_in_ns = static_cast<std::int64_t>(stage_in_ns_.load(std::memory_order_relaxed));
     c.stage_out_ns = static_cast<std::int64_t>(stage_out_ns_.load(std::memory_order_relaxed));
+    c.stage_out_cpu_ns =
+        static_cast<std::int64_t>(stage_out_cpu_ns_.load(std::memory_order_relaxed));
     return c;
   }
 
@@ -104,6 +109,7 @@ class alignas(cache_line_size) lane_stats {
   std::atomic<std::uint64_t> d2h_bytes_{0};
   std::atomic<std::uint64_t> stage_in_ns_{0};
   std::atomic<std::uint64_t> stage_out_ns_{0};
+  std::atomic<std::uint64_t> stage_out_cpu_ns_{0};
 };
 static_assert(sizeof(lane_stats) == cache_line_size,
               "lane_stats: each lane's counters must own exactly one cache line");

@@ -70,6 +70,10 @@ struct stage_report {
   double occupancy_mean = 0.0;  // input ring, sampled ~every 50 us (worker_probe)
   std::size_t occupancy_max = 0;
   std::size_t ring_capacity = 0;  // of the input ring; 0: none (a source)
+  // The workers' thread CPU time (read every ~10 ms of their work, and when they end);
+  // 0: not read. Over busy_s: how much of its busy time the stage ran on a CPU (a stage
+  // that waits on I/O or a device in its function has little).
+  double cpu_s = 0.0;
 };
 
 struct lane_report {
@@ -86,6 +90,7 @@ struct lane_report {
   // over wall_s is how busy that thread was with it.
   double stage_in_s = 0.0;
   double stage_out_s = 0.0;
+  double stage_out_cpu_s = 0.0;  // of stage_out_s, the completion thread's CPU time
 
   // Achieved bandwidth over the time spent in that phase, bytes/s; 0 with no time.
   double h2d_bandwidth() const noexcept {

@@ -13,8 +13,8 @@
 // into one (re-diagnosed over both), so a long run keeps its whole span at a coarser grain
 // and the memory does not grow with the run.
 //
-// Phases (what diagnose() reads): consecutive periods with the same named bottleneck
-// (kind and stage) form a run; a run shorter than phase_share of the timeline or than
+// Phases (what diagnose() reads): consecutive periods naming the same bottleneck stage
+// form a run (its kind and advice: those of its longest period, the first of equals); a run shorter than phase_share of the timeline or than
 // two periods joins its neighbours (both, when they name the same bottleneck; else the
 // longer one), shortest first, until every run is long enough. A period with no named
 // bottleneck (balanced, idle) is a run with no name, absorbed the same way.

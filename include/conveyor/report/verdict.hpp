@@ -66,7 +66,8 @@
 //      Where the advice is to add workers (a map stage, or several stages at capacity),
 //      but the process already keeps >= cores_busy of its CPUs busy (report::cpus and
 //      process_cpu_s), or the machine is >= cores_busy busy with >= others_busy of it
-//      other processes' (machine_cpu_s), more workers would only share the same cores: the
+//      other processes' (machine_cpu_s), and the stage runs on a CPU >= cpu_bound of its
+//      busy time (cpu_s), more workers would only share the same cores: the
 //      advice says so
 //      and turns to making the stage cheaper, moving its work to the GPU, more cores, and,
 //      with more stage threads than cores, the placement that would pin them where
@@ -117,6 +118,11 @@ struct verdict_thresholds {
   // holds the cores.
   double cores_busy = 0.9;
   double others_busy = 0.2;
+  // taken cores limit a stage only when it runs on a CPU at least this share of its busy
+  // time (stage_report::cpu_s, lane_report::stage_out_cpu_s; not measured: assumed); a
+  // stage that waits in its function (I/O, sleeps, a device) gains from more workers
+  // whatever holds the cores
+  double cpu_bound = 0.1;
   // a stage is named only when no other stage's load is within `margin` of its own,
   // unless the waits point at it (attribution score higher by `tie`); within the GPU
   // segment, a host part takes the pace from the device only when busier by `margin`

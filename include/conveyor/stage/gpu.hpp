@@ -21,7 +21,8 @@
 // Results leave in input order. Per batch, timing events on the lane's stream measure
 // H2D, compute and D2H; the union of compute intervals over all lanes is the GPU busy time.
 // The host work around them is timed too (the report's lane table and the verdict read it):
-// stage-in on the lane thread, stage-out on the completion thread.
+// stage-in on the lane thread, stage-out on the completion thread (its wall time and its
+// thread CPU time: a stage-out that waits is not one that more cores would speed up).
 //
 // Threads: per lane, one thread that prepares and enqueues and one that waits for the
 // batch's last event and runs stage-out. The compute functor is called on the lane
@@ -356,6 +357,7 @@ class gpu_node {
         const item_meta meta = f->batch.meta;
         meta_list metas = std::move(f->batch.metas);
         const std::int64_t out_start = measure ? now_ns() : 0;
+        const std::int64_t out_cpu = measure ? thread_cpu_ns() : 0;
         {
           metrics::nvtx_range range{"stage-out"};
           out.emplace(envelope<out_type>{
@@ -366,6 +368,7 @@ class gpu_node {
         }
         if (measure) {
           const std::int64_t out_end = now_ns();
+          const std::int64_t out_cpu_end = thread_cpu_ns();
           if (complete_track != nullptr) complete_track->span("stage-out", out_start, out_end);
           metrics::batch_timing t;
           t.items = items;
@@ -376,6 +379,7 @@ class gpu_node {
           t.d2h_bytes = f->out_count * sizeof(OutElem);
           t.stage_in_ns = f->stage_in_ns;
           t.stage_out_ns = out_end - out_start;
+          t.stage_out_cpu_ns = out_cpu_end - out_cpu;
           gpu_.record_batch(index, t);
           if (device_track != nullptr) {
             // Parent first: the batch spans its three phases, which follow each other.

@@ -96,6 +96,9 @@ class pipeline_core {
     std::unique_ptr<growable_ring> ring;
   };
   void follow_placement(const chain_placement& where) noexcept;
+  // with_timeline = false: without report::timeline (the timeline recorder's own
+  // snapshots), so it reads no timeline_.
+  conveyor::report make_report(bool with_timeline) const;
 
   // First, so destroyed last: stage threads use the registry until they end.
   std::unique_ptr<thread_registry> placed_;
