@@ -788,6 +788,16 @@ TEST_CASE("verdict: other processes holding the cores -> no 'add workers'") {
   r.machine_busy_cpu_s = 0.50 * r.machine_cpu_s;
   r.verdict = m::diagnose(r);
   CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'normalize' (.workers(4))"));
+  // Busy cores, but 'normalize' runs on a CPU only 5 % of its busy time (it waits in its
+  // function): more workers help it whatever holds the cores.
+  r.machine_busy_cpu_s = 0.98 * r.machine_cpu_s;
+  r.stages[1].cpu_s = 0.05 * r.stages[1].busy_s;
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'normalize' (.workers(4))"));
+  r.stages[1].cpu_s = 0.5 * r.stages[1].busy_s;  // half of it: CPU work
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("make 'normalize' cheaper"));
+  r.stages[1].cpu_s = 0;
   // Not measured: as before.
   r.machine_cpu_s = r.machine_busy_cpu_s = 0;
   REQUIRE(m::other_cpu_load(r) < 0);
