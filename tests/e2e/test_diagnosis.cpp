@@ -317,9 +317,10 @@ TEST_CASE("diagnosis: stage-out slower than the kernel -> the segment's host sid
   CHECK_THAT(r.verdict.advice, Catch::StartsWith("more lanes (.lanes = 4)") &&
                                    Catch::Contains("map after the segment"));
   CHECK(r.verdict.advice.find("healthy") == std::string::npos);
-  // The lane table shows where the time went.
+  // The lane table shows where the time went: each stage-out sleeps at least 4 ms (a
+  // lower bound, whatever the machine's load; stage-in does nothing).
   for (const lane_report& l : r.lanes) {
-    CHECK(l.stage_out_s > 5 * l.compute_s);
+    CHECK(l.stage_out_s >= 0.004 * static_cast<double>(l.batches));
     CHECK(l.stage_in_s < l.stage_out_s);
   }
   CHECK_THAT(text(r), Catch::Contains("stage-out ms"));
@@ -335,7 +336,10 @@ TEST_CASE("diagnosis: stage-in slower than the kernel -> the segment's host side
   CHECK_THAT(r.verdict.summary, Catch::Contains("stage-in"));
   CHECK_THAT(r.verdict.advice,
              Catch::StartsWith("more lanes") && Catch::Contains("map before the batch stage"));
-  for (const lane_report& l : r.lanes) CHECK(l.stage_in_s > 5 * l.compute_s);
+  for (const lane_report& l : r.lanes) {
+    CHECK(l.stage_in_s >= 0.004 * static_cast<double>(l.batches));  // at least its sleeps
+    CHECK(l.stage_out_s < l.stage_in_s);
+  }
 }
 
 namespace {
@@ -460,7 +464,7 @@ TEST_CASE("diagnosis: the bottleneck moves mid-run -> both phases named, with wh
   const report r = p.run();
   require_verdict(r, n, verdict_kind::sink_bound, "postprocess");
   CHECK_THAT(r.verdict.summary, Catch::StartsWith("the bottleneck moved at ") &&
-                                    Catch::Contains("'decode' (cpu_stage_bound) from 0.00 s") &&
+                                    Catch::Contains("'decode' (cpu_stage_bound) from 0.0") &&
                                     Catch::Contains("then 'postprocess' (sink_bound)"));
   // Each phase's advice, the longer one first.
   const std::size_t post = r.verdict.advice.find("add workers to 'postprocess'");
