@@ -9,11 +9,16 @@
 #include <string>
 #include <utility>
 
+#if defined(__linux__)
+#include <unistd.h>  // sysconf(_SC_CLK_TCK): /proc/stat's ticks per second
+#endif
+
 #include "conveyor/base/clock.hpp"
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/error.hpp"
 #include "conveyor/pipeline/placement.hpp"
 #include "conveyor/report/progress.hpp"
+#include "conveyor/report/timeline.hpp"
 #include "conveyor/report/trace_export.hpp"
 #include "conveyor/report/verdict.hpp"
 #include "conveyor/ring/detail/storage.hpp"
@@ -43,6 +48,19 @@ const pipeline_options& checked(const pipeline_options& o) {
   return o;
 }
 
+// /proc/stat's ticks per second (USER_HZ); 0 where there is no /proc/stat.
+double ticks_per_s() {
+#if defined(__linux__)
+  static const double hz = [] {
+    const long v = ::sysconf(_SC_CLK_TCK);
+    return v > 0 ? static_cast<double>(v) : 0.0;
+  }();
+  return hz;
+#else
+  return 0.0;
+#endif
+}
+
 }  // namespace
 
 pipeline_core::pipeline_core(const pipeline_options& options)
@@ -70,8 +88,15 @@ void pipeline_core::start(const std::function<void(thread_group&)>& spawn) {
   placed_->set_chain(std::move(chain));
   start_ns_ = now_ns();  // a placeholder should spawning throw
   spawn(threads_);       // the threads wait at the gate
+  cpu_list_ = allowed_cpus();
+  const std::optional<cpu_ticks> ticks = read_cpu_ticks(cpu_list_);
   start_ns_ = now_ns();
   start_cpu_ns_ = process_cpu_ns();
+  if (ticks) {
+    ticks_ = true;
+    start_ticks_busy_ = ticks->busy;
+    start_ticks_total_ = ticks->total;
+  }
   ctl_.open_gate();
   if (options_.placement != thread_placement::os)
     placer_ = std::make_unique<load_placer>(
@@ -81,6 +106,11 @@ void pipeline_core::start(const std::function<void(thread_group&)>& spawn) {
         load_placer::shares_override{},
         // The placer is stopped (in join()) before anything it reads goes.
         [this](const chain_placement& where) { follow_placement(where); });
+  // The recorder's snapshots leave the timeline out: its thread starts before timeline_
+  // is set. Made before the progress line, whose reports read timeline_.
+  if (ctl_.metrics_on)
+    timeline_ = std::make_unique<metrics::timeline_recorder>([this] { return make_report(false); },
+                                                             timeline_period);
   if (options_.progress)
     progress_ = std::make_unique<metrics::progress_line>(
         [this] { return make_report(); }, options_.progress_period,
@@ -102,6 +132,14 @@ void pipeline_core::join() {
   if (placer_) placer_->stop();
   // Before joined_/end_ns_ change: the progress thread reads them through make_report().
   if (progress_) progress_->stop();
+  // The run's last period ends with the stage threads: its report is exact.
+  if (timeline_) timeline_->stop(make_report(false));
+  if (const std::optional<cpu_ticks> ticks = ticks_ ? read_cpu_ticks(cpu_list_) : std::nullopt) {
+    end_ticks_busy_ = ticks->busy;
+    end_ticks_total_ = ticks->total;
+  } else {
+    ticks_ = false;
+  }
   joined_ = true;
   end_ns_ = now_ns();
   end_cpu_ns_ = process_cpu_ns();
@@ -115,7 +153,9 @@ item_counts pipeline_core::counts() const noexcept {
           ctl_.expired.load(std::memory_order_relaxed)};
 }
 
-conveyor::report pipeline_core::make_report() const {
+conveyor::report pipeline_core::make_report() const { return make_report(true); }
+
+conveyor::report pipeline_core::make_report(bool with_timeline) const {
   conveyor::report r;
   const std::int64_t end = joined_ ? end_ns_ : now_ns();
   r.wall_s = started_ ? ns_to_s(end - start_ns_) : 0.0;
@@ -132,6 +172,18 @@ conveyor::report pipeline_core::make_report() const {
     r.cpus = usable_cpus();
     const std::int64_t cpu_end = joined_ ? end_cpu_ns_ : process_cpu_ns();
     r.process_cpu_s = ns_to_s(std::max<std::int64_t>(cpu_end - start_cpu_ns_, 0));
+    // Every process on the same CPUs, from /proc/stat (10 ms ticks: over a run of a
+    // second on two CPUs, within 1 %).
+    std::optional<cpu_ticks> ticks;
+    if (joined_ && ticks_)
+      ticks = cpu_ticks{end_ticks_busy_, end_ticks_total_};
+    else if (!joined_ && ticks_)
+      ticks = read_cpu_ticks(cpu_list_);
+    const double hz = ticks_per_s();
+    if (ticks && hz > 0 && ticks->total > start_ticks_total_ && ticks->busy >= start_ticks_busy_) {
+      r.machine_cpu_s = static_cast<double>(ticks->total - start_ticks_total_) / hz;
+      r.machine_busy_cpu_s = static_cast<double>(ticks->busy - start_ticks_busy_) / hz;
+    }
   }
   r.placement.mode = to_string(options_.placement);
   if (placer_) {  // made in start() before the progress thread, kept until destruction
@@ -154,6 +206,7 @@ conveyor::report pipeline_core::make_report() const {
       r.stages[g.producer + 1].ring_capacity = g.ring->deepest();
   r.gpu_busy_fraction = r.wall_s > 0 ? ns_to_s(gpu_busy_ns) / r.wall_s : 0.0;
   r.item_latency = metrics::make_latency_report(latency_);
+  if (with_timeline && timeline_) r.timeline = timeline_->periods();
   metrics::complete_report(r);
   if (!ctl_.metrics_on) {
     r.verdict = {verdict_kind::unmeasured,

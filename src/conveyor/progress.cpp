@@ -29,6 +29,9 @@ report window(const report& later, const report& earlier) {
   w.cancelled = sub(later.cancelled, earlier.cancelled);
   w.expired = sub(later.expired, earlier.expired);
   w.process_cpu_s = subd(later.process_cpu_s, earlier.process_cpu_s);
+  w.machine_cpu_s = subd(later.machine_cpu_s, earlier.machine_cpu_s);
+  w.machine_busy_cpu_s = subd(later.machine_busy_cpu_s, earlier.machine_busy_cpu_s);
+  w.timeline.clear();  // the window is one period
   w.placement.rounds = sub(later.placement.rounds, earlier.placement.rounds);
   w.placement.pinned_rounds = sub(later.placement.pinned_rounds, earlier.placement.pinned_rounds);
   if (later.stages.size() == earlier.stages.size()) {
@@ -37,6 +40,7 @@ report window(const report& later, const report& earlier) {
       w.stages[i].busy_s = subd(later.stages[i].busy_s, earlier.stages[i].busy_s);
       w.stages[i].starved_s = subd(later.stages[i].starved_s, earlier.stages[i].starved_s);
       w.stages[i].blocked_s = subd(later.stages[i].blocked_s, earlier.stages[i].blocked_s);
+      w.stages[i].cpu_s = subd(later.stages[i].cpu_s, earlier.stages[i].cpu_s);
     }
   }
   if (later.lanes.size() == earlier.lanes.size()) {
@@ -48,6 +52,10 @@ report window(const report& later, const report& earlier) {
       w.lanes[i].d2h_s = subd(later.lanes[i].d2h_s, earlier.lanes[i].d2h_s);
       w.lanes[i].h2d_bytes = sub(later.lanes[i].h2d_bytes, earlier.lanes[i].h2d_bytes);
       w.lanes[i].d2h_bytes = sub(later.lanes[i].d2h_bytes, earlier.lanes[i].d2h_bytes);
+      w.lanes[i].stage_in_s = subd(later.lanes[i].stage_in_s, earlier.lanes[i].stage_in_s);
+      w.lanes[i].stage_out_s = subd(later.lanes[i].stage_out_s, earlier.lanes[i].stage_out_s);
+      w.lanes[i].stage_out_cpu_s =
+          subd(later.lanes[i].stage_out_cpu_s, earlier.lanes[i].stage_out_cpu_s);
     }
   }
   w.gpu_busy_fraction = std::clamp(

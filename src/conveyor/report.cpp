@@ -68,6 +68,7 @@ stage_report make_stage_report(std::string name, stage_kind kind, std::size_t wo
   s.occupancy_mean = c.occupancy_mean();
   s.occupancy_max = static_cast<std::size_t>(c.occupancy_max);
   s.ring_capacity = ring_capacity;
+  s.cpu_s = ns_to_s(c.cpu_ns);
   return s;
 }
 
@@ -91,6 +92,9 @@ lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
   l.h2d_bytes = c.h2d_bytes;
   l.d2h_bytes = c.d2h_bytes;
   l.cpu_s = ns_to_s(c.cpu_ns);
+  l.stage_in_s = ns_to_s(c.stage_in_ns);
+  l.stage_out_s = ns_to_s(c.stage_out_ns);
+  l.stage_out_cpu_s = ns_to_s(c.stage_out_cpu_ns);
   return l;
 }
 
@@ -137,7 +141,12 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
   if (r.cpus != 0)
     o << "  CPU: the process kept " << fmt("%.2f", r.wall_s > 0 ? r.process_cpu_s / r.wall_s : 0.0)
       << " of its " << r.cpus << (r.cpus == 1 ? " core" : " cores") << " busy ("
-      << pct(process_cpu_load(r)) << "%)\n";
+      << pct(process_cpu_load(r)) << "%)"
+      << (other_cpu_load(r) >= 0.0
+              ? ", other processes " + pct(other_cpu_load(r)) + "% of them (machine " +
+                    pct(machine_cpu_load(r)) + "% busy)"
+              : std::string{})
+      << '\n';
   if (!r.placement.mode.empty()) {
     o << "  placement: " << r.placement.mode;
     if (r.placement.mode != "os")
@@ -170,12 +179,13 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
   if (!r.lanes.empty()) {
     o << "  " << pad("lane", 6, true) << pad("batches", 9) << pad("items", 12) << pad("H2D ms", 12)
       << pad("compute ms", 12) << pad("D2H ms", 12) << pad("H2D GB/s", 10) << pad("D2H GB/s", 10)
-      << pad("CPU ms", 10) << '\n';
+      << pad("stage-in ms", 13) << pad("stage-out ms", 14) << pad("CPU ms", 10) << '\n';
     for (const auto& l : r.lanes) {
       o << "  " << pad(num(l.lane), 6, true) << pad(num(l.batches), 9) << pad(num(l.items), 12)
         << pad(ms(l.h2d_s), 12) << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
         << pad(fmt("%.2f", l.h2d_bandwidth() * 1e-9), 10)
-        << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << pad(ms(l.cpu_s), 10) << '\n';
+        << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << pad(ms(l.stage_in_s), 13)
+        << pad(ms(l.stage_out_s), 14) << pad(ms(l.cpu_s), 10) << '\n';
     }
   }
   if (r.batching) {
@@ -203,6 +213,22 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
     for (const failure_record& f : r.errors)
       o << "    stage '" << f.stage << "', item " << f.item << ": " << f.message << '\n';
   }
+  if (!r.timeline.empty()) {
+    // Consecutive periods with the same verdict print as one.
+    o << "  timeline:";
+    for (std::size_t i = 0; i < r.timeline.size();) {
+      const verdict_period& first = r.timeline[i];
+      std::size_t j = i + 1;
+      while (j < r.timeline.size() && r.timeline[j].verdict.kind == first.verdict.kind &&
+             r.timeline[j].verdict.stage == first.verdict.stage)
+        ++j;
+      o << (i == 0 ? " " : "; ") << fmt("%.2f", first.start_s) << '-'
+        << fmt("%.2f", r.timeline[j - 1].end_s) << " s " << to_string(first.verdict.kind);
+      if (!first.verdict.stage.empty()) o << " '" << first.verdict.stage << "'";
+      i = j;
+    }
+    o << '\n';
+  }
   o << "verdict: " << to_string(r.verdict.kind);
   if (!r.verdict.stage.empty()) o << " ('" << r.verdict.stage << "')";
   if (!r.verdict.summary.empty()) o << ": " << r.verdict.summary;
@@ -222,6 +248,13 @@ void write_latency(detail::json_writer& j, std::string_view name, const latency_
   j.end_object();
 }
 
+void write_verdict(detail::json_writer& j, std::string_view name, const verdict& v) {
+  j.key(name).begin_object();
+  j.field("kind", to_string(v.kind)).field("stage", v.stage);
+  j.field("summary", v.summary).field("advice", v.advice);
+  j.end_object();
+}
+
 }  // namespace
 
 std::string to_json(const report& r) {
@@ -232,6 +265,7 @@ std::string to_json(const report& r) {
   j.field("failed", r.failed).field("cancelled", r.cancelled).field("expired", r.expired);
   j.field("throughput", r.throughput);
   j.field("runtime", r.runtime).field("cpus", r.cpus).field("process_cpu_s", r.process_cpu_s);
+  j.field("machine_cpu_s", r.machine_cpu_s).field("machine_busy_cpu_s", r.machine_busy_cpu_s);
   j.key("placement").begin_object();
   j.field("mode", r.placement.mode).field("rounds", r.placement.rounds);
   j.field("pinned_rounds", r.placement.pinned_rounds);
@@ -244,6 +278,7 @@ std::string to_json(const report& r) {
     j.field("blocked_s", s.blocked_s).field("occupancy_mean", s.occupancy_mean);
     j.field("occupancy_max", s.occupancy_max).field("ring_capacity", s.ring_capacity);
     j.field("failed", s.failed).field("expired", s.expired);
+    j.field("cpu_s", s.cpu_s);
     j.end_object();
   }
   j.end_array();
@@ -252,7 +287,10 @@ std::string to_json(const report& r) {
     j.begin_object();
     j.field("lane", l.lane).field("batches", l.batches).field("items", l.items);
     j.field("h2d_s", l.h2d_s).field("compute_s", l.compute_s).field("d2h_s", l.d2h_s);
-    j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes).field("cpu_s", l.cpu_s);
+    j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes);
+    j.field("stage_in_s", l.stage_in_s).field("stage_out_s", l.stage_out_s);
+    j.field("stage_out_cpu_s", l.stage_out_cpu_s);
+    j.field("cpu_s", l.cpu_s);
     j.end_object();
   }
   j.end_array();
@@ -277,10 +315,16 @@ std::string to_json(const report& r) {
   j.end_array();
   write_latency(j, "item_latency", r.item_latency);
   write_latency(j, "batch_latency", r.batch_latency);
-  j.key("verdict").begin_object();
-  j.field("kind", to_string(r.verdict.kind)).field("stage", r.verdict.stage);
-  j.field("summary", r.verdict.summary).field("advice", r.verdict.advice);
-  j.end_object();
+  write_verdict(j, "verdict", r.verdict);
+  j.key("timeline").begin_array();
+  for (const verdict_period& p : r.timeline) {
+    j.begin_object();
+    j.field("start_s", p.start_s).field("end_s", p.end_s);
+    j.field("process_cpu_load", p.process_cpu_load).field("other_cpu_load", p.other_cpu_load);
+    write_verdict(j, "verdict", p.verdict);
+    j.end_object();
+  }
+  j.end_array();
   j.end_object();
   return o.str();
 }

@@ -5,6 +5,7 @@
 //   metrics::batch_timing t;                             // from the lane's timing events
 //   t.items = n; t.h2d = {e0, e1}; t.compute = {e1, e2}; t.d2h = {e2, e3};
 //   t.h2d_bytes = in_bytes; t.d2h_bytes = out_bytes;
+//   t.stage_in_ns = ...; t.stage_out_ns = ...;          // host time around the stream work
 //   gpu.record_batch(lane, t);                           // lane thread, once per batch
 //   lane_counters c = gpu.lane(lane).snapshot();        // any thread
 //   std::int64_t busy = gpu.compute_busy_ns();           // any thread (not a hot path)
@@ -40,6 +41,9 @@ struct batch_timing {
   interval d2h{};           // device-to-host copy
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
+  std::int64_t stage_in_ns = 0;       // stage-in, on the lane's thread (host clock)
+  std::int64_t stage_out_ns = 0;      // stage-out, on the lane's completion thread (host clock)
+  std::int64_t stage_out_cpu_ns = 0;  // of it, the completion thread's CPU time
 };
 
 // One lane's totals.
@@ -52,6 +56,9 @@ struct lane_counters {
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
   std::int64_t cpu_ns = 0;  // CPU time of the lane's host threads (enqueue and completion)
+  std::int64_t stage_in_ns = 0;
+  std::int64_t stage_out_ns = 0;
+  std::int64_t stage_out_cpu_ns = 0;
 };
 
 class alignas(cache_line_size) lane_stats {
@@ -67,6 +74,9 @@ class alignas(cache_line_size) lane_stats {
     d2h_ns_.fetch_add(static_cast<std::uint64_t>(t.d2h.length_ns()), std::memory_order_relaxed);
     h2d_bytes_.fetch_add(t.h2d_bytes, std::memory_order_relaxed);
     d2h_bytes_.fetch_add(t.d2h_bytes, std::memory_order_relaxed);
+    stage_in_ns_.fetch_add(positive(t.stage_in_ns), std::memory_order_relaxed);
+    stage_out_ns_.fetch_add(positive(t.stage_out_ns), std::memory_order_relaxed);
+    stage_out_cpu_ns_.fetch_add(positive(t.stage_out_cpu_ns), std::memory_order_relaxed);
   }
 
   // CPU time one of the lane's threads used since it last added (any thread).
@@ -86,10 +96,18 @@ class alignas(cache_line_size) lane_stats {
     c.h2d_bytes = h2d_bytes_.load(std::memory_order_relaxed);
     c.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);
     c.cpu_ns = static_cast<std::int64_t>(cpu_ns_.load(std::memory_order_relaxed));
+    c.stage_in_ns = static_cast<std::int64_t>(stage_in_ns_.load(std::memory_order_relaxed));
+    c.stage_out_ns = static_cast<std::int64_t>(stage_out_ns_.load(std::memory_order_relaxed));
+    c.stage_out_cpu_ns =
+        static_cast<std::int64_t>(stage_out_cpu_ns_.load(std::memory_order_relaxed));
     return c;
   }
 
  private:
+  static std::uint64_t positive(std::int64_t ns) noexcept {
+    return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;
+  }
+
   std::atomic<std::uint64_t> batches_{0};
   std::atomic<std::uint64_t> items_{0};
   std::atomic<std::uint64_t> h2d_ns_{0};
@@ -98,6 +116,9 @@ class alignas(cache_line_size) lane_stats {
   std::atomic<std::uint64_t> h2d_bytes_{0};
   std::atomic<std::uint64_t> d2h_bytes_{0};
   std::atomic<std::uint64_t> cpu_ns_{0};
+  std::atomic<std::uint64_t> stage_in_ns_{0};
+  std::atomic<std::uint64_t> stage_out_ns_{0};
+  std::atomic<std::uint64_t> stage_out_cpu_ns_{0};
 };
 static_assert(sizeof(lane_stats) == cache_line_size,
               "lane_stats: each lane's counters must own exactly one cache line");

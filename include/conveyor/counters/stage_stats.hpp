@@ -68,6 +68,7 @@ struct stage_counters {
   std::uint64_t occupancy_sum = 0;
   std::uint64_t occupancy_samples = 0;
   std::uint64_t occupancy_max = 0;
+  std::int64_t cpu_ns = 0;  // the workers' thread CPU time, as last read (0: not read)
 
   double occupancy_mean() const noexcept {
     return occupancy_samples == 0
@@ -87,6 +88,12 @@ class alignas(cache_line_size) worker_stats {
   // Rounds spun in blocking waits (a pause and a re-check each): CPU time the worker
   // burnt waiting, which placement by load takes out of the worker's load.
   void add_spin_rounds(std::uint64_t n) noexcept { bump(spin_rounds_, n); }
+  // The worker thread's CPU time so far (thread_cpu_ns()), read by the worker now and
+  // then: how much of its busy time it ran on a CPU.
+  void set_cpu_ns(std::int64_t ns) noexcept {
+    // relaxed: single writer, an independent statistic (see bump()).
+    cpu_ns_.store(static_cast<std::uint64_t>(ns > 0 ? ns : 0), std::memory_order_relaxed);
+  }
   // n: the number of elements in the stage's input ring, e.g. ring.size_approx().
   void sample_occupancy(std::size_t n) noexcept {
     bump(occupancy_sum_, n);
@@ -112,6 +119,7 @@ class alignas(cache_line_size) worker_stats {
     c.occupancy_sum = occupancy_sum_.load(std::memory_order_relaxed);
     c.occupancy_samples = occupancy_samples_.load(std::memory_order_relaxed);
     c.occupancy_max = occupancy_max_.load(std::memory_order_relaxed);
+    c.cpu_ns = static_cast<std::int64_t>(cpu_ns_.load(std::memory_order_relaxed));
     return c;
   }
 
@@ -134,6 +142,7 @@ class alignas(cache_line_size) worker_stats {
   std::atomic<std::uint64_t> occupancy_samples_{0};
   std::atomic<std::uint64_t> occupancy_max_{0};
   std::atomic<std::uint64_t> spin_rounds_{0};
+  std::atomic<std::uint64_t> cpu_ns_{0};
 };
 static_assert(sizeof(worker_stats) == cache_line_size,
               "worker_stats: each worker's counters must own exactly one cache line");
@@ -181,6 +190,7 @@ class stage_stats {
       total.blocked_ns += c.blocked_ns;
       total.occupancy_sum += c.occupancy_sum;
       total.occupancy_samples += c.occupancy_samples;
+      total.cpu_ns += c.cpu_ns;
       if (c.occupancy_max > total.occupancy_max) total.occupancy_max = c.occupancy_max;
     }
     return total;

@@ -12,11 +12,15 @@
 //            capacity is wall_s * workers. For the GPU segment (kind gpu) the workers
 //            are the lanes' host threads and busy/starved/blocked are theirs; the device
 //            side is in `lanes` and gpu_busy_fraction.
-//   lanes    one lane_report per lane (make_lane_reports(gpu_stats)).
+//   lanes    one lane_report per lane (make_lane_reports(gpu_stats)): the stream's phases
+//            and the host work around them (stage-in, stage-out).
 //   gpu_busy_fraction   gpu_stats::compute_busy_ns() / wall: union over lanes.
 //   batching make_batch_report(batch_stats) when the pipeline batches, else nullopt.
 //   *_latency make_latency_report(histogram).
 //   cpus, process_cpu_s   the usable CPUs and the process's CPU time over the run.
+//   machine_cpu_s, machine_busy_cpu_s   the same CPUs' time and busy time, every process
+//            counted (/proc/stat): with process_cpu_s, the share other work took.
+//   timeline  the verdict of each period of the run (verdict_timeline, timeline.hpp).
 //   placement   the placement mode and the placer's rounds (pinned / all).
 //   then complete_report(r) (verdict.hpp): throughput and verdict.
 //
@@ -24,6 +28,7 @@
 // Thread-safety: plain values. The make_* builders read counters from any thread.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
@@ -68,6 +73,10 @@ struct stage_report {
   std::size_t ring_capacity = 0;  // of the input ring; 0: none (a source)
   std::uint64_t failed = 0;       // items the stage threw on (a batch: all its items)
   std::uint64_t expired = 0;      // a service's items it dropped: their deadline had passed
+  // The workers' thread CPU time (read every ~10 ms of their work, and when they end);
+  // 0: not read. Over busy_s: how much of its busy time the stage ran on a CPU (a stage
+  // that waits on I/O or a device in its function has little).
+  double cpu_s = 0.0;
 };
 
 struct lane_report {
@@ -80,6 +89,12 @@ struct lane_report {
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
   double cpu_s = 0.0;  // CPU time of the lane's host threads: low while they wait asleep
+  // The segment's host work on this lane, host clock: stage-in on the lane's thread,
+  // stage-out on its completion thread. Each thread does one batch at a time, so each
+  // over wall_s is how busy that thread was with it.
+  double stage_in_s = 0.0;
+  double stage_out_s = 0.0;
+  double stage_out_cpu_s = 0.0;  // of stage_out_s, the completion thread's CPU time
 
   // Achieved bandwidth over the time spent in that phase, bytes/s; 0 with no time.
   double h2d_bandwidth() const noexcept {
@@ -126,6 +141,15 @@ struct verdict {
   std::string advice;   // the knob to turn
 };
 
+// The verdict of one period of a run (the timeline), with the CPU shares of that period.
+struct verdict_period {
+  double start_s = 0.0;  // since the run started
+  double end_s = 0.0;
+  conveyor::metrics::verdict verdict;
+  double process_cpu_load = 0.0;  // this process's CPU time over the period x cpus
+  double other_cpu_load = -1.0;   // other processes' share of those CPUs; < 0: unknown
+};
+
 struct report {
   double wall_s = 0.0;
   std::uint64_t produced = 0;
@@ -146,11 +170,18 @@ struct report {
   // and any others) used over wall_s; 0 when not measured.
   std::size_t cpus = 0;
   double process_cpu_s = 0.0;
+  // The same CPUs as /proc/stat counts them, every process included: their time over
+  // the run (about wall_s x cpus) and the part of it they were busy. 0: not measured.
+  double machine_cpu_s = 0.0;
+  double machine_busy_cpu_s = 0.0;
   placement_report placement;
   // The first failures (up to failure_log::kept: stage, item, message), and how many
   // there were in all (each stage's own count is stage_report::failed).
   std::vector<failure_record> errors;
   std::uint64_t errors_total = 0;
+  // Per period of the run, oldest first (bounded: adjacent periods merge as it grows);
+  // empty for a run shorter than one period or a report built by hand.
+  std::vector<verdict_period> timeline;
 
   // Items produced but neither completed, failed, cancelled nor expired (non-zero mid-run
   // only).
@@ -192,6 +223,17 @@ inline double blocked_fraction(const stage_report& s, double wall_s) noexcept {
 inline double process_cpu_load(const report& r) noexcept {
   return r.cpus == 0 ? 0.0 : fraction_of_capacity(r.process_cpu_s, r.wall_s, r.cpus);
 }
+// Every process's CPU time on the process's CPUs over their time (/proc/stat), in
+// [0, 1]; < 0 when not measured.
+inline double machine_cpu_load(const report& r) noexcept {
+  return r.machine_cpu_s > 0.0 ? std::min(r.machine_busy_cpu_s / r.machine_cpu_s, 1.0) : -1.0;
+}
+// The share of the process's CPUs that other processes took: machine less process load;
+// < 0 when not measured.
+inline double other_cpu_load(const report& r) noexcept {
+  const double machine = machine_cpu_load(r);
+  return machine < 0.0 ? -1.0 : std::max(machine - process_cpu_load(r), 0.0);
+}
 // Lanes' stream time (H2D + compute + D2H) over wall_s * lanes: how much of the time
 // the lanes' streams had work. 0 without lanes.
 double lane_busy_fraction(const report& r) noexcept;
@@ -218,4 +260,5 @@ using metrics::stage_kind;
 using metrics::stage_report;
 using metrics::verdict;
 using metrics::verdict_kind;
+using metrics::verdict_period;
 }  // namespace conveyor

@@ -20,6 +20,9 @@
 // the pinned slot (no extra host copy), and transfers take only pinned memory.
 // Results leave in input order. Per batch, timing events on the lane's stream measure
 // H2D, compute and D2H; the union of compute intervals over all lanes is the GPU busy time.
+// The host work around them is timed too (the report's lane table and the verdict read it):
+// stage-in on the lane thread, stage-out on the completion thread (its wall time and its
+// thread CPU time: a stage-out that waits is not one that more cores would speed up).
 //
 // Threads: per lane, one thread that prepares and enqueues and one that waits for the
 // batch's last event and runs stage-out. Both wait asleep by default (gpu_options::waiting:
@@ -208,6 +211,7 @@ class gpu_node {
     slot_t* slot = nullptr;
     std::size_t position = 0;  // input order, for the reorder buffer
     std::size_t in_count = 0, out_count = 0;
+    std::int64_t stage_in_ns = 0;  // how long stage-in took (0 with metrics off)
   };
 
   struct lane {
@@ -317,13 +321,15 @@ class gpu_node {
         ctl_.cancel(items);
         break;
       }
-      in_flight f{std::move(*b), s, pos, 0, 0};
+      in_flight f{std::move(*b), s, pos, 0, 0, 0};
       try {
+        const std::int64_t in_start = probe.mark_ns();  // the mark blocked() just set
         {
           metrics::nvtx_range range{"stage-in"};
           f.in_count = stage_.stage_in()(f.batch.value, s->pinned_in);
         }
         probe.busy("stage-in");
+        f.stage_in_ns = probe.mark_ns() - in_start;
         check_count("stage-in wrote", f.in_count, s->pinned_in.size());
         // NVTX ranges around the enqueue calls: Nsight Systems projects them onto the
         // stream work they launched, so the GPU rows carry the trace's phase names.
@@ -390,7 +396,20 @@ class gpu_node {
       meta_list metas = std::move(f->batch.metas);  // the envelope's, unless stage-out throws
       try {
         ev[3].synchronize();  // the batch's last stream work; rethrows a stream failure
+        const std::int64_t out_start = measure ? now_ns() : 0;
+        const std::int64_t out_cpu = measure ? thread_cpu_ns() : 0;
+        {
+          metrics::nvtx_range range{"stage-out"};
+          out.emplace(envelope<out_type>{
+              stage_.stage_out()(
+                  std::move(f->batch.value),
+                  typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
+              meta, std::move(metas)});
+        }
         if (measure) {
+          const std::int64_t out_end = now_ns();
+          const std::int64_t out_cpu_end = thread_cpu_ns();
+          if (complete_track != nullptr) complete_track->span("stage-out", out_start, out_end);
           metrics::batch_timing t;
           t.items = items;
           t.h2d = {to_ns(l, ev[0]), to_ns(l, ev[1])};
@@ -398,6 +417,9 @@ class gpu_node {
           t.d2h = {t.compute.end_ns, to_ns(l, ev[3])};
           t.h2d_bytes = f->in_count * sizeof(InElem);
           t.d2h_bytes = f->out_count * sizeof(OutElem);
+          t.stage_in_ns = f->stage_in_ns;
+          t.stage_out_ns = out_end - out_start;
+          t.stage_out_cpu_ns = out_cpu_end - out_cpu;
           gpu_.record_batch(index, t);
           if (device_track != nullptr) {
             // Parent first: the batch spans its three phases, which follow each other.
@@ -407,16 +429,6 @@ class gpu_node {
             device_track->span("D2H", t.d2h);
           }
         }
-        const std::int64_t out_start = complete_track != nullptr ? now_ns() : 0;
-        {
-          metrics::nvtx_range range{"stage-out"};
-          out.emplace(envelope<out_type>{
-              stage_.stage_out()(
-                  std::move(f->batch.value),
-                  typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
-              meta, std::move(metas)});
-        }
-        if (complete_track != nullptr) complete_track->span("stage-out", out_start, now_ns());
       } catch (...) {
         release_after_stream(l, f->slot);  // a failed stream may not have reached the end
         if (!ctl_.fail_items(stage_.options().name, stats_, meta, metas, items)) break;

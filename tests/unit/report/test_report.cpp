@@ -231,6 +231,37 @@ TEST_CASE("report: to_json parses and round-trips every number") {
   REQUIRE(j["verdict"]["stage"] == "normalize");
   REQUIRE(j["verdict"]["summary"] == r.verdict.summary);
   REQUIRE(j["verdict"]["advice"] == r.verdict.advice);
+  REQUIRE(j["machine_cpu_s"].get<double>() == r.machine_cpu_s);
+  REQUIRE(j["machine_busy_cpu_s"].get<double>() == r.machine_busy_cpu_s);
+  REQUIRE(j["timeline"].empty());
+
+  // The segment's host time per lane, the machine's CPU time and the timeline.
+  r.lanes[1].stage_in_s = 0.25;
+  r.lanes[1].stage_out_s = 0.5;
+  r.machine_cpu_s = 8.0;
+  r.machine_busy_cpu_s = 6.0;
+  m::verdict_period period;
+  period.start_s = 0.1;
+  period.end_s = 0.2;
+  period.verdict = {m::verdict_kind::sink_bound, "write", "s", "a"};
+  period.process_cpu_load = 0.5;
+  period.other_cpu_load = 0.25;
+  r.timeline = {period};
+  const json k = json::parse(m::to_json(r));
+  REQUIRE(k["lanes"][1]["stage_in_s"].get<double>() == 0.25);
+  REQUIRE(k["lanes"][1]["stage_out_s"].get<double>() == 0.5);
+  REQUIRE(k["machine_cpu_s"].get<double>() == 8.0);
+  REQUIRE(k["machine_busy_cpu_s"].get<double>() == 6.0);
+  REQUIRE(k["timeline"].size() == 1);
+  REQUIRE(k["timeline"][0]["end_s"].get<double>() == 0.2);
+  REQUIRE(k["timeline"][0]["other_cpu_load"].get<double>() == 0.25);
+  REQUIRE(k["timeline"][0]["verdict"]["kind"] == "sink_bound");
+  REQUIRE(k["timeline"][0]["verdict"]["stage"] == "write");
+  std::ostringstream table;
+  table << r;
+  CHECK_THAT(table.str(), Catch::Contains("stage-in ms") && Catch::Contains("stage-out ms") &&
+                              Catch::Contains("500.000") &&
+                              Catch::Contains("timeline: 0.10-0.20 s sink_bound 'write'"));
 
   r.batching.reset();
   REQUIRE(json::parse(m::to_json(r))["batching"].is_null());
@@ -271,7 +302,11 @@ TEST_CASE("report: window() of two cumulative snapshots diagnoses the recent per
   later.stages[1].starved_s += 0.1;
   later.stages[2].busy_s += 0.2;
   later.stages[2].starved_s += 4.7;
-  later.process_cpu_s += 19.0;              // 3.8 of the 4 cores over the last 5 s
+  later.process_cpu_s += 19.0;  // 3.8 of the 4 cores over the last 5 s
+  first.machine_cpu_s = 40.0;   // /proc/stat: the 4 CPUs over the first 10 s
+  first.machine_busy_cpu_s = 13.0;
+  later.machine_cpu_s = 60.0;
+  later.machine_busy_cpu_s = 13.0 + 19.6;   // the process's 19 and others' 0.6
   later.placement = {"automatic", 75, 53};  // pinned after 5 of the last 25 rounds
   m::complete_report(later);
 
@@ -286,6 +321,8 @@ TEST_CASE("report: window() of two cumulative snapshots diagnoses the recent per
   // so the advice is not to add workers.
   REQUIRE(w.process_cpu_s == Approx(19.0));
   REQUIRE(m::process_cpu_load(w) == Approx(0.95));
+  REQUIRE(m::machine_cpu_load(w) == Approx(0.98));
+  REQUIRE(m::other_cpu_load(w) == Approx(0.03));
   CHECK(w.placement.mode == "automatic");
   CHECK(w.placement.rounds == 25);
   CHECK(w.placement.pinned_rounds == 5);

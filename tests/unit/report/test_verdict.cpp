@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "conveyor/counters/interval_union.hpp"
+#include "conveyor/report/timeline.hpp"
 
 namespace m = conveyor::metrics;
 using m::stage_kind;
@@ -647,5 +648,307 @@ TEST_CASE("verdict on simulated pipelines: the planted bottleneck is found") {
                                  units);
     INFO(describe(r));
     REQUIRE(r.verdict.kind == verdict_kind::balanced);
+  }
+}
+
+// ---- the GPU segment's host side -------------------------------------------------------
+
+namespace {
+
+// source -> batch -> gpu (2 lanes) -> sink, the lanes waiting for slots (the batch stage
+// blocked, the sink starved), with the lanes' stage-in and stage-out time per lane given.
+m::report segment_waited_on(lane_spec device, double stage_in, double stage_out,
+                            double lane_threads_busy = 0.02) {
+  m::report r =
+      make_report(10.0,
+                  {{"read", stage_kind::source, 1, 0.02, 0.0, 0.95},
+                   {"batch", stage_kind::batch, 1, 0.03, 0.02, 0.93},
+                   {"gpu", stage_kind::gpu, 2, lane_threads_busy, 0.01, 0.97 - lane_threads_busy},
+                   {"write", stage_kind::sink, 1, 0.01, 0.97, 0.0}},
+                  {device, device}, device.compute);
+  for (auto& l : r.lanes) {
+    l.stage_in_s = stage_in * r.wall_s;
+    l.stage_out_s = stage_out * r.wall_s;
+  }
+  m::complete_report(r);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("verdict: stage-out on the completion threads sets the pace -> the segment's host side") {
+  // The case: stage-out 4 ms a batch, the kernel 0.2 ms; the lanes wait for
+  // slots, which the slot-wait rule would have credited to the device.
+  const m::report r = segment_waited_on({0.005, 0.09, 0.005}, 0.0005, 0.95);
+  INFO(describe(r));
+  REQUIRE(r.verdict.kind == verdict_kind::cpu_stage_bound);
+  REQUIRE(r.verdict.stage == "gpu");
+  CHECK_THAT(r.verdict.summary, Catch::Contains("stage-out keeps the lanes' completion threads "
+                                                "busy 95%"));
+  CHECK_THAT(r.verdict.advice, Catch::StartsWith("more lanes (.lanes = 4)") &&
+                                   Catch::Contains("map after the segment"));
+  CHECK(r.verdict.advice.find("healthy") == std::string::npos);
+}
+
+TEST_CASE("verdict: stage-in on the lane threads sets the pace -> the segment's host side") {
+  const m::report r = segment_waited_on({0.005, 0.09, 0.005}, 0.90, 0.0, 0.93);
+  INFO(describe(r));
+  REQUIRE(r.verdict.kind == verdict_kind::cpu_stage_bound);
+  REQUIRE(r.verdict.stage == "gpu");
+  CHECK_THAT(r.verdict.summary, Catch::Contains("stage-in keeps the lane threads busy 90%"));
+  CHECK_THAT(r.verdict.advice, Catch::Contains("map before the batch stage"));
+  // With the cores taken, more lanes would only share them.
+  m::report busy = r;
+  busy.cpus = 2;
+  busy.process_cpu_s = 0.95 * 2 * busy.wall_s;
+  busy.verdict = m::diagnose(busy);
+  CHECK_THAT(busy.verdict.advice, Catch::StartsWith("make stage-in cheaper"));
+  CHECK(busy.verdict.advice.find("more lanes (") == std::string::npos);
+}
+
+TEST_CASE("verdict margin: the device keeps the pace unless a host part is busier by 10 points") {
+  // Device 80 % of lane time, stage-out 85 %: within the margin, the device's.
+  const m::report close = segment_waited_on({0.05, 0.70, 0.05}, 0.0, 0.85);
+  INFO(describe(close));
+  CHECK(close.verdict.kind == verdict_kind::compute_bound);
+  CHECK_THAT(close.verdict.summary, Catch::Contains("stage-out keeps the completion threads busy"));
+  // stage-out 95 %: busier by 15 points, the host side's.
+  const m::report clear = segment_waited_on({0.05, 0.70, 0.05}, 0.0, 0.95);
+  INFO(describe(clear));
+  CHECK(clear.verdict.kind == verdict_kind::cpu_stage_bound);
+  CHECK(clear.verdict.stage == "gpu");
+}
+
+TEST_CASE("verdict: lanes waiting on slots with no part of the segment busy -> no bottleneck") {
+  // Every part under part_busy (50 %): the slot wait is the hand-offs' turnaround, not
+  // any part's load, and copies of 128 bytes do not make a transfer bottleneck.
+  m::report r = segment_waited_on({0.02, 0.01, 0.02}, 0.01, 0.01);
+  for (auto& l : r.lanes) l.h2d_bytes = l.d2h_bytes = 128 * l.batches;
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  CHECK(r.verdict.kind == verdict_kind::balanced);
+  CHECK(r.verdict.stage.empty());
+  CHECK_THAT(r.verdict.summary, Catch::StartsWith("no stage is near capacity"));
+  CHECK(r.verdict.advice.find("uint8") == std::string::npos);
+  // Part of the segment at 55 %: the slot wait is credited to it.
+  const m::report busy = segment_waited_on({0.05, 0.50, 0.00}, 0.0, 0.0);
+  INFO(describe(busy));
+  CHECK(busy.verdict.kind == verdict_kind::compute_bound);
+  CHECK_THAT(busy.verdict.advice, Catch::Contains("slots_per_lane"));
+}
+
+TEST_CASE("verdict magnitudes: transfer advice fits the bytes per batch") {
+  m::report r = gpu_pipeline(0.35, 0.02, {0.55, 0.30, 0.10}, 0.33, 0.60, 0.88);
+  REQUIRE(r.verdict.kind == verdict_kind::transfer_bound_h2d);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("uint8"));
+  // The same times for copies of 4 KiB a batch: each copy's fixed cost, not its bytes.
+  for (auto& l : r.lanes) l.h2d_bytes = 4096 * l.batches;
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  REQUIRE(r.verdict.kind == verdict_kind::transfer_bound_h2d);
+  CHECK(r.verdict.advice.find("uint8") == std::string::npos);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("copies of 4.0 KiB per batch are too small") &&
+                                   Catch::Contains("larger batches"));
+  CHECK_THAT(r.verdict.summary, Catch::Contains("4.0 KiB per batch"));
+}
+
+TEST_CASE("verdict advice order: the overlap hint before the model when kernels idle") {
+  const m::report r = make_report(10.0,
+                                  {{"read", stage_kind::source, 1, 0.05, 0.0, 0.93},
+                                   {"batch", stage_kind::batch, 1, 0.04, 0.06, 0.88},
+                                   {"gpu", stage_kind::gpu, 1, 0.03, 0.02, 0.94},
+                                   {"write", stage_kind::sink, 1, 0.02, 0.96, 0.0}},
+                                  {{0.45, 0.50, 0.02}}, 0.50);
+  INFO(describe(r));
+  REQUIRE(r.verdict.kind == verdict_kind::compute_bound);
+  CHECK_THAT(r.verdict.advice,
+             Catch::StartsWith("Kernels run only 50%") && Catch::Contains("(.lanes = 2)"));
+  CHECK(r.verdict.advice.find("more lanes") < r.verdict.advice.find("model cheaper"));
+  CHECK(r.verdict.advice.find("healthy") == std::string::npos);
+}
+
+// ---- the machine -------------------------------------------------------------------
+
+TEST_CASE("verdict: other processes holding the cores -> no 'add workers'") {
+  m::report r = gpu_pipeline(0.97, 0.88, {0.05, 0.18, 0.02}, 0.22);
+  r.cpus = 2;
+  r.process_cpu_s = 0.40 * 2 * r.wall_s;  // this process: 40 %
+  r.machine_cpu_s = 2 * r.wall_s;
+  r.machine_busy_cpu_s = 0.98 * r.machine_cpu_s;  // the machine: 98 %
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  REQUIRE(m::other_cpu_load(r) == Approx(0.58));
+  REQUIRE(r.verdict.kind == verdict_kind::cpu_stage_bound);
+  REQUIRE(r.verdict.stage == "normalize");
+  CHECK_THAT(r.verdict.advice, Catch::Contains("make 'normalize' cheaper") &&
+                                   Catch::Contains("other processes keep 58% of the 2 cores busy "
+                                                   "(this process 40%)"));
+  CHECK(r.verdict.advice.find(".workers(") == std::string::npos);
+  // The machine busy, but mostly with this process: the process's own rule decides.
+  r.machine_busy_cpu_s = 0.50 * r.machine_cpu_s;
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'normalize' (.workers(4))"));
+  // Busy cores, but 'normalize' runs on a CPU only 5 % of its busy time (it waits in its
+  // function): more workers help it whatever holds the cores.
+  r.machine_busy_cpu_s = 0.98 * r.machine_cpu_s;
+  r.stages[1].cpu_s = 0.05 * r.stages[1].busy_s;
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'normalize' (.workers(4))"));
+  r.stages[1].cpu_s = 0.5 * r.stages[1].busy_s;  // half of it: CPU work
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("make 'normalize' cheaper"));
+  r.stages[1].cpu_s = 0;
+  // Not measured: as before.
+  r.machine_cpu_s = r.machine_busy_cpu_s = 0;
+  REQUIRE(m::other_cpu_load(r) < 0);
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::Contains("add workers to 'normalize'"));
+}
+
+// ---- margins and "no bottleneck" ----------------------------------------------------------
+
+TEST_CASE("verdict margin: a stage is named only when clearly nearer capacity than the next") {
+  const auto with = [](double other_busy) {
+    return make_report(10.0, {{"read", stage_kind::source, 1, 0.05, 0.0, 0.93},
+                              {"parse", stage_kind::map, 1, 0.95, 0.03, 0.0},
+                              {"score", stage_kind::map, 1, other_busy, 0.0, 0.0},
+                              {"write", stage_kind::sink, 1, 0.02, 0.96, 0.0}});
+  };
+  // 'score' at 88 % (7 points from 'parse', not waited on differently): none is named.
+  const m::report close = with(0.88);
+  INFO(describe(close));
+  CHECK(close.verdict.kind == verdict_kind::balanced);
+  CHECK(close.verdict.stage.empty());
+  CHECK_THAT(close.verdict.summary, Catch::Contains("within 10%"));
+  // At 80 %: 'parse' is clearly the nearest.
+  const m::report clear = with(0.80);
+  INFO(describe(clear));
+  CHECK(clear.verdict.kind == verdict_kind::cpu_stage_bound);
+  CHECK(clear.verdict.stage == "parse");
+}
+
+TEST_CASE("verdict: nothing at capacity in a run too short to tell -> says so") {
+  m::report r = make_report(0.03,
+                            {{"read", stage_kind::source, 1, 0.08, 0.0, 0.80},
+                             {"batch", stage_kind::batch, 1, 0.18, 0.24, 0.47},
+                             {"gpu", stage_kind::gpu, 2, 0.02, 0.04, 0.92},
+                             {"write", stage_kind::sink, 1, 0.02, 0.97, 0.0}},
+                            {{0.01, 0.01, 0.01}, {0.01, 0.01, 0.01}}, 0.01);
+  INFO(describe(r));
+  CHECK(r.verdict.kind == verdict_kind::balanced);
+  CHECK_THAT(r.verdict.summary, Catch::Contains("the run is too short to tell: 30 ms"));
+  // The same shares over 10 s, the process's threads filling both cores.
+  m::report longer = r;
+  longer.wall_s = 10.0;
+  for (auto& s : longer.stages) {
+    s.busy_s *= 10.0 / 0.03;
+    s.starved_s *= 10.0 / 0.03;
+    s.blocked_s *= 10.0 / 0.03;
+  }
+  for (auto& l : longer.lanes) l.h2d_s = l.compute_s = l.d2h_s = 0.1;
+  longer.cpus = 2;
+  longer.process_cpu_s = 0.99 * 2 * longer.wall_s;
+  longer.verdict = m::diagnose(longer);
+  INFO(describe(longer));
+  CHECK(longer.verdict.kind == verdict_kind::balanced);
+  CHECK_THAT(longer.verdict.summary, Catch::Contains("the run is limited by the cores"));
+}
+
+// ---- the timeline ---------------------------------------------------------------------
+
+namespace {
+
+m::verdict_period period(double start, double end, verdict_kind kind, std::string stage) {
+  m::verdict_period p;
+  p.start_s = start;
+  p.end_s = end;
+  p.verdict = {kind, std::move(stage), "summary", "fix it"};
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("timeline phases: short runs join their neighbours, long ones stay") {
+  using K = verdict_kind;
+  std::vector<m::verdict_period> t;
+  // 0-1.2 s decode (one balanced period in the middle), 1.2-1.3 s balanced, 1.3-3 s sink.
+  for (int i = 0; i < 30; ++i) {
+    const double a = i * 0.1, b = a + 0.1;
+    if (i == 5 || i == 12)
+      t.push_back(period(a, b, K::balanced, ""));
+    else if (i < 12)
+      t.push_back(period(a, b, K::cpu_stage_bound, "decode"));
+    else
+      t.push_back(period(a, b, K::sink_bound, "post"));
+  }
+  const auto phases = m::bottleneck_phases(t);
+  REQUIRE(phases.size() == 2);
+  CHECK(phases[0].stage == "decode");
+  CHECK(phases[0].start_s == Approx(0.0));
+  CHECK(phases[1].stage == "post");
+  CHECK(phases[1].end_s == Approx(3.0));
+  CHECK(phases[0].end_s == Approx(phases[1].start_s));
+  // A phase of under 20 % of the run is absorbed.
+  std::vector<m::verdict_period> blip;
+  for (int i = 0; i < 20; ++i)
+    blip.push_back(period(i * 0.1, i * 0.1 + 0.1,
+                          i >= 8 && i < 11 ? K::sink_bound : K::cpu_stage_bound,
+                          i >= 8 && i < 11 ? "post" : "decode"));
+  const auto one = m::bottleneck_phases(blip);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].stage == "decode");
+  CHECK(m::bottleneck_phases({}).empty());
+}
+
+TEST_CASE("verdict: a timeline with two phases -> the bottleneck moved, both named") {
+  m::report r = make_report(3.0, {{"read", stage_kind::source, 1, 0.05, 0.0, 0.5},
+                                  {"decode", stage_kind::map, 1, 0.4, 0.1, 0.3},
+                                  {"post", stage_kind::map, 1, 0.6, 0.4, 0.0},
+                                  {"write", stage_kind::sink, 1, 0.02, 0.96, 0.0}});
+  REQUIRE(r.verdict.kind == verdict_kind::balanced);
+  for (int i = 0; i < 30; ++i)
+    r.timeline.push_back(
+        i < 12 ? period(i * 0.1, i * 0.1 + 0.1, verdict_kind::cpu_stage_bound, "decode")
+               : period(i * 0.1, i * 0.1 + 0.1, verdict_kind::sink_bound, "post"));
+  r.timeline[3].verdict.advice = "add workers to 'decode'";
+  r.timeline[20].verdict.advice = "add workers to 'post'";
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  CHECK(r.verdict.kind == verdict_kind::sink_bound);  // the longer phase
+  CHECK(r.verdict.stage == "post");
+  CHECK_THAT(r.verdict.summary, Catch::StartsWith("the bottleneck moved at 1.20 s: 'decode' "
+                                                  "(cpu_stage_bound) from 0.00 s to 1.20 s, then "
+                                                  "'post' (sink_bound) from 1.20 s to 3.00 s"));
+  CHECK(r.verdict.advice.find("'post'") < r.verdict.advice.find("'decode'"));
+  // One phase only: the whole run's verdict.
+  for (auto& p : r.timeline) p.verdict = {verdict_kind::sink_bound, "post", "s", "a"};
+  r.verdict = m::diagnose(r);
+  CHECK(r.verdict.kind == verdict_kind::balanced);
+}
+
+TEST_CASE("verdict_timeline: bounded, merging neighbours, covering the whole run") {
+  m::verdict_timeline tl;
+  m::report base = make_report(
+      0.0, {{"read", stage_kind::source, 1, 0, 0, 0}, {"write", stage_kind::sink, 1, 0, 0, 0}});
+  for (int i = 0; i <= 300; ++i) {
+    m::report r = base;
+    r.wall_s = 0.1 * i;
+    r.produced = r.completed = 100 * static_cast<std::uint64_t>(i);
+    r.stages[0].busy_s = 0.09 * r.wall_s;
+    r.stages[0].blocked_s = 0.9 * r.wall_s;
+    r.stages[1].busy_s = 0.95 * r.wall_s;
+    r.stages[1].starved_s = 0.01 * r.wall_s;
+    tl.add(r, i == 300);
+  }
+  const auto& p = tl.periods();
+  REQUIRE(!p.empty());
+  CHECK(p.size() <= m::verdict_timeline::max_periods);
+  CHECK(p.size() > m::verdict_timeline::max_periods / 2);
+  CHECK(p.front().start_s == Approx(0.0));
+  CHECK(p.back().end_s == Approx(30.0));
+  for (std::size_t i = 1; i < p.size(); ++i) CHECK(p[i].start_s == Approx(p[i - 1].end_s));
+  for (const auto& q : p) {
+    CHECK(q.verdict.kind == verdict_kind::sink_bound);
+    CHECK(q.verdict.stage == "write");
   }
 }

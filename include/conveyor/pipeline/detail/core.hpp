@@ -10,11 +10,15 @@
 //   core.join();                                 // every stage thread, placer, progress
 //   conveyor::report r = core.make_report();
 //
+// While it runs (metrics on), a timeline_recorder takes a report every timeline_period and
+// keeps each period's verdict (report::timeline, timeline.hpp).
+//
 // Thread-safety: start()/join() from the owning thread; make_report(), counts() and the
 // trace from any thread that does not race with start()/join() (the progress line does
 // so); ctl() as control's own contract.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -32,6 +36,7 @@
 
 namespace conveyor::metrics {
 class progress_line;
+class timeline_recorder;
 }  // namespace conveyor::metrics
 
 namespace conveyor::detail {
@@ -73,6 +78,10 @@ class pipeline_core {
 
   // What the pipeline measured, a snapshot while it runs (see pipeline::report()).
   conveyor::report make_report() const;
+  // How often the timeline takes a report: short enough that a run of a second or two has
+  // enough periods to show where its bottleneck moved (verdict_timeline keeps at most 64,
+  // merging neighbours as a run grows).
+  static constexpr std::chrono::milliseconds timeline_period{100};
   item_counts counts() const noexcept;
 
   bool tracing() const noexcept { return ctl_.trace != nullptr; }
@@ -87,6 +96,9 @@ class pipeline_core {
     std::unique_ptr<growable_ring> ring;
   };
   void follow_placement(const chain_placement& where) noexcept;
+  // with_timeline = false: without report::timeline (the timeline recorder's own
+  // snapshots), so it reads no timeline_.
+  conveyor::report make_report(bool with_timeline) const;
 
   // First, so destroyed last: stage threads use the registry until they end.
   std::unique_ptr<thread_registry> placed_;
@@ -96,8 +108,13 @@ class pipeline_core {
   std::vector<stage_info> infos_;
   std::vector<growable_entry> growable_;
   thread_group threads_;
-  std::unique_ptr<load_placer> placer_;               // null: placement left to the OS
-  std::unique_ptr<metrics::progress_line> progress_;  // null: no progress line
+  std::unique_ptr<load_placer> placer_;                         // null: placement left to the OS
+  std::unique_ptr<metrics::progress_line> progress_;            // null: no progress line
+  std::unique_ptr<metrics::timeline_recorder> timeline_;        // null: metrics off, not started
+  std::vector<int> cpu_list_;                                   // allowed_cpus() at start
+  std::uint64_t start_ticks_busy_ = 0, start_ticks_total_ = 0;  // /proc/stat, cpu_list_
+  std::uint64_t end_ticks_busy_ = 0, end_ticks_total_ = 0;      // at join
+  bool ticks_ = false;                                          // both read
   bool started_ = false, joined_ = false;
   std::int64_t start_ns_ = 0, end_ns_ = 0;
   std::int64_t start_cpu_ns_ = 0, end_cpu_ns_ = 0;  // process_cpu_ns()

@@ -57,7 +57,10 @@ class worker_probe {
                                          : 64) {}
   worker_probe(const worker_probe&) = delete;
   worker_probe& operator=(const worker_probe&) = delete;
-  ~worker_probe() { before_wait(); }  // the last items' work, when the worker ends
+  ~worker_probe() {  // the last items' work, and the thread's CPU time, when the worker ends
+    before_wait();
+    if (on_) w_->set_cpu_ns(thread_cpu_ns());
+  }
 
   // Pops from the input ring (with its position when pos is given). A pop that found an
   // item ready reads no clock: it is charged with the phase after it (the work), which
@@ -254,6 +257,12 @@ class worker_probe {
   // starved and blocked (at most the whole phase), the rest as busy.
   metrics::phase charge_until(std::int64_t end_ns) noexcept {
     lazy_ = 0;
+    // The thread's CPU time, at most every cpu_read_period_ns of the clock it already
+    // read (one system call, not a clock read per item).
+    if (end_ns - cpu_read_ns_ >= cpu_read_period_ns) {
+      cpu_read_ns_ = end_ns;
+      w_->set_cpu_ns(thread_cpu_ns());
+    }
     const metrics::phase p = clock_.busy_until(end_ns, pending_starved_ns_, pending_blocked_ns_);
     pending_starved_ns_ = pending_blocked_ns_ = 0;
     return p;
@@ -266,6 +275,8 @@ class worker_probe {
   std::uint32_t mark_period_;  // items between marks (work_done()); no_marks: metrics off
   std::uint32_t waits_ = 0;    // blocking pops and pushes, for the sample
   std::int64_t round_ns_ = 0;  // learned cost of one spin round of a ring's wait
+  static constexpr std::int64_t cpu_read_period_ns = 10'000'000;
+  std::int64_t cpu_read_ns_ = 0;  // when the thread's CPU time was last read
   std::int64_t pending_starved_ns_ = 0, pending_blocked_ns_ = 0;  // not timed, not charged yet
 };
 
