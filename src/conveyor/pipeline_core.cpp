@@ -195,7 +195,16 @@ conveyor::report pipeline_core::make_report(bool with_timeline) const {
     r.stages.push_back(metrics::make_stage_report(i.name, i.kind, *i.stats, i.input_capacity));
     if (i.gpu) {
       for (auto& l : metrics::make_lane_reports(*i.gpu)) r.lanes.push_back(l);
-      gpu_busy_ns += i.gpu->compute_busy_ns();
+      // One device: the union over the lanes; several: the mean of each device's union.
+      const std::vector<int>& devices = i.gpu->devices();
+      std::int64_t sum_ns = 0;
+      for (std::size_t d = 0; d < devices.size(); ++d) {
+        const std::int64_t busy = i.gpu->device_busy_ns(d);
+        sum_ns += busy;
+        r.devices.push_back({devices[d], r.wall_s > 0 ? ns_to_s(busy) / r.wall_s : 0.0});
+      }
+      gpu_busy_ns += devices.empty() ? i.gpu->compute_busy_ns()
+                                     : sum_ns / static_cast<std::int64_t>(devices.size());
       r.runtime = std::string(i.runtime);
     }
     if (i.batches && !r.batching) r.batching = metrics::make_batch_report(i.batches->snapshot());

@@ -101,8 +101,10 @@ lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
 std::vector<lane_report> make_lane_reports(const gpu_stats& gpu) {
   std::vector<lane_report> out;
   out.reserve(gpu.lanes());
-  for (std::size_t i = 0; i < gpu.lanes(); ++i)
+  for (std::size_t i = 0; i < gpu.lanes(); ++i) {
     out.push_back(make_lane_report(i, gpu.lane(i).snapshot()));
+    out.back().device = gpu.device_of(i);
+  }
   return out;
 }
 
@@ -137,6 +139,13 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
   if (r.in_flight() != 0) o << ", in flight " << r.in_flight();
   o << "\n  throughput: " << fmt("%.1f", r.throughput) << " items/s";
   if (!r.lanes.empty()) o << ", GPU busy " << pct(r.gpu_busy_fraction) << "%";
+  if (r.devices.size() > 1) {
+    o << " (";
+    for (std::size_t d = 0; d < r.devices.size(); ++d)
+      o << (d == 0 ? "" : ", ") << "device " << r.devices[d].device << ": "
+        << pct(r.devices[d].busy_fraction) << "%";
+    o << ")";
+  }
   o << '\n';
   if (r.cpus != 0)
     o << "  CPU: the process kept " << fmt("%.2f", r.wall_s > 0 ? r.process_cpu_s / r.wall_s : 0.0)
@@ -177,12 +186,14 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
     }
   }
   if (!r.lanes.empty()) {
-    o << "  " << pad("lane", 6, true) << pad("batches", 9) << pad("items", 12) << pad("H2D ms", 12)
-      << pad("compute ms", 12) << pad("D2H ms", 12) << pad("H2D GB/s", 10) << pad("D2H GB/s", 10)
-      << pad("stage-in ms", 13) << pad("stage-out ms", 14) << pad("CPU ms", 10) << '\n';
+    o << "  " << pad("lane", 6, true) << pad("device", 8) << pad("batches", 9) << pad("items", 12)
+      << pad("H2D ms", 12) << pad("compute ms", 12) << pad("D2H ms", 12) << pad("H2D GB/s", 10)
+      << pad("D2H GB/s", 10) << pad("stage-in ms", 13) << pad("stage-out ms", 14)
+      << pad("CPU ms", 10) << '\n';
     for (const auto& l : r.lanes) {
-      o << "  " << pad(num(l.lane), 6, true) << pad(num(l.batches), 9) << pad(num(l.items), 12)
-        << pad(ms(l.h2d_s), 12) << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
+      o << "  " << pad(num(l.lane), 6, true) << pad(std::to_string(l.device), 8)
+        << pad(num(l.batches), 9) << pad(num(l.items), 12) << pad(ms(l.h2d_s), 12)
+        << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
         << pad(fmt("%.2f", l.h2d_bandwidth() * 1e-9), 10)
         << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << pad(ms(l.stage_in_s), 13)
         << pad(ms(l.stage_out_s), 14) << pad(ms(l.cpu_s), 10) << '\n';
@@ -285,7 +296,8 @@ std::string to_json(const report& r) {
   j.key("lanes").begin_array();
   for (const lane_report& l : r.lanes) {
     j.begin_object();
-    j.field("lane", l.lane).field("batches", l.batches).field("items", l.items);
+    j.field("lane", l.lane).field("device", l.device).field("batches", l.batches);
+    j.field("items", l.items);
     j.field("h2d_s", l.h2d_s).field("compute_s", l.compute_s).field("d2h_s", l.d2h_s);
     j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes);
     j.field("stage_in_s", l.stage_in_s).field("stage_out_s", l.stage_out_s);
@@ -295,6 +307,13 @@ std::string to_json(const report& r) {
   }
   j.end_array();
   j.field("gpu_busy_fraction", r.gpu_busy_fraction);
+  j.key("devices").begin_array();
+  for (const auto& d : r.devices) {
+    j.begin_object();
+    j.field("device", d.device).field("busy_fraction", d.busy_fraction);
+    j.end_object();
+  }
+  j.end_array();
   j.key("batching");
   if (r.batching) {
     const batch_report& b = *r.batching;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -137,6 +138,52 @@ TEST_CASE("gpu segment: lanes that wait asleep or spinning agree; the report has
   if (w == event_wait::block) CHECK(cpu < 0.5 * stream);
 }
 
+// Lanes spread over devices: every lane's stream, slots and events are made on its
+// device, and both its threads bind it; the host runtime's streams refuse work from a
+// thread bound elsewhere, so a missing bind fails this test.
+TEST_CASE("gpu segment: lanes spread over several devices, each lane bound to its own") {
+  const std::vector<int> devices{1, 3, 3};
+  std::atomic<int> unbound{0};
+  auto g = gpu<R, int, int>(
+      {.lanes = 4, .in_elems = 16, .out_elems = 16, .devices = devices},
+      [&](std::vector<int>& b, R::pinned_span<int> dst) {
+        if (host::current_device() != 1 && host::current_device() != 3) unbound.fetch_add(1);
+        for (std::size_t i = 0; i < b.size(); ++i) dst[i] = b[i];
+        return b.size();
+      },
+      [&](lane_batch<R, int, int>& l) {
+        if (l.device != host::current_device()) unbound.fetch_add(1);
+        if (l.device != devices[l.lane % devices.size()]) unbound.fetch_add(1);
+        const std::size_t k = l.items;
+        l.stream.enqueue([in = l.in, out = l.out, k] {
+          for (std::size_t i = 0; i < k; ++i) out.unsafe_host()[i] = in.unsafe_host()[i] + 1;
+        });
+        return k;
+      },
+      [&](std::vector<int>&& b, R::pinned_span<const int> r) {
+        if (host::current_device() != 1 && host::current_device() != 3) unbound.fetch_add(1);
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = r[i];
+        return b;
+      });
+  int next = 0, wrong = 0;
+  pipeline p{from_range(std::views::iota(0, 2000)) | batch(16) | std::move(g) | unbatch() |
+             sink([&](int y) { wrong += y == 1 + next++ ? 0 : 1; })};
+  const report r = p.run();
+  CHECK(r.completed == 2000);
+  CHECK(wrong == 0);
+  CHECK(unbound.load() == 0);
+  CHECK(host::current_device() == 0);  // building the lanes left this thread's device alone
+  REQUIRE(r.lanes.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(r.lanes[i].device == devices[i % 3]);
+  REQUIRE(r.devices.size() == 2);  // devices 1 and 3, each with its own busy union
+  CHECK(r.devices[0].device == 1);
+  CHECK(r.devices[1].device == 3);
+  for (const auto& d : r.devices) CHECK(d.busy_fraction > 0);
+  std::ostringstream os;
+  os << r;
+  CHECK_THAT(os.str(), Catch::Contains("device 1: ") && Catch::Contains("device 3: "));
+}
+
 TEST_CASE("gpu segment: a batch larger than a slot fails with what to change") {
   pipeline p{from_range(std::views::iota(std::uint64_t{0}, std::uint64_t{100})) | batch(32) |
              make_segment(2, 16, false) | unbatch() | sink([](auto) {})};
@@ -192,4 +239,6 @@ TEST_CASE("gpu segment: bad lane configuration fails at construction") {
                       Catch::Contains("set in_elems and out_elems"));
   REQUIRE_THROWS_WITH(bad({.lanes = 1, .slots_per_lane = 0, .in_elems = 1, .out_elems = 1}),
                       Catch::Contains("slots_per_lane must be in [1, 64]"));
+  REQUIRE_THROWS_WITH(bad({.lanes = 2, .in_elems = 1, .out_elems = 1, .devices = {0, 8}}),
+                      Catch::Contains("device 8 requested but 8 answer"));
 }

@@ -3,6 +3,7 @@
 // kernels, two lanes that really run concurrently, copies and cuBLAS, allocation and
 // launch errors surfacing as cuda_error, and pinned vs pageable told apart at compile
 // time. Compiled by the host compiler: the cuda headers need no nvcc.
+#include "conveyor/pipeline.hpp"
 #include "conveyor/runtime/cuda/runtime.hpp"
 
 #include <catch2/catch.hpp>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <ranges>
 #include <span>
 #include <string>
 #include <thread>
@@ -231,13 +233,46 @@ TEST_CASE("cuda memory: a failed allocation names the bytes and the pool") {
   REQUIRE(cudaPeekAtLastError() == cudaSuccess);  // the failure did not linger
 }
 
-#ifndef NDEBUG
-TEST_CASE("cuda memory: adopting pageable memory as a pinned span is refused in debug builds") {
+TEST_CASE("cuda memory: adopting pageable memory as a pinned span is refused, in every build") {
   std::vector<float> pageable(16);
+  REQUIRE_THROWS_AS(cuda::pinned_span<float>::from_native(pageable.data(), pageable.size()),
+                    conveyor::config_error);
   REQUIRE_THROWS_WITH(cuda::pinned_span<float>::from_native(pageable.data(), pageable.size()),
                       Catch::Contains("not pinned host memory"));
+  cuda::pinned_buffer<float> pinned{16};
+  REQUIRE_NOTHROW(cuda::pinned_span<float>::from_native(pinned.data(), pinned.size()));
 }
-#endif
+
+// Two lanes listed on one device (the list {0, 0}): each lane binds it; results right.
+TEST_CASE("cuda gpu segment: lanes on the device list {0, 0}") {
+  using R = cuda::runtime;
+  auto g = conveyor::gpu<R, float, float>(
+      {.lanes = 2, .in_elems = 64, .out_elems = 64, .devices = {0, 0}},
+      [](std::vector<int>& b, R::pinned_span<float> dst) {
+        for (std::size_t i = 0; i < b.size(); ++i) dst[i] = static_cast<float>(b[i]);
+        return b.size();
+      },
+      [](conveyor::lane_batch<R, float, float>& l) {
+        conveyor::test::gpu::launch_affine(l.in.data(), l.out.data(), l.items, 2.0f, 1.0f,
+                                           l.stream.native());
+        return l.items;
+      },
+      [](std::vector<int>&& b, R::pinned_span<const float> r) {
+        for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int>(r[i]);
+        return b;
+      });
+  int next = 0, wrong = 0;
+  conveyor::pipeline p{conveyor::from_range(std::views::iota(0, 10000)) | conveyor::batch(64) |
+                       std::move(g) | conveyor::unbatch() |
+                       conveyor::sink([&](int y) { wrong += y == 2 * next++ + 1 ? 0 : 1; })};
+  const conveyor::report r = p.run();
+  REQUIRE(r.completed == 10000);
+  REQUIRE(wrong == 0);
+  REQUIRE(r.lanes.size() == 2);
+  REQUIRE(r.lanes[0].device == 0);
+  REQUIRE(r.lanes[1].device == 0);
+  REQUIRE(r.devices.size() == 1);
+}
 
 // ---- cuBLAS -------------------------------------------------------------------------
 

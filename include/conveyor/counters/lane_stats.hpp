@@ -22,10 +22,12 @@
 // compute_busy_ns() may wait for a concurrent fold (see concurrent_interval_union).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "conveyor/base/clock.hpp"
 #include "conveyor/base/config.hpp"
@@ -132,7 +134,33 @@ class gpu_stats {
   explicit gpu_stats(std::size_t lanes, std::size_t window = interval_union::default_window)
       : lanes_((check(lanes), lanes)),
         stats_(std::make_unique<lane_stats[]>(lanes)),
-        compute_busy_(window) {}
+        window_(window),
+        compute_busy_(window),
+        lane_device_(lanes, 0),
+        lane_slot_(lanes, 0),
+        devices_{0} {}
+
+  // Setup only (before any batch): lane i runs on device lane_devices[i] (one per lane).
+  // Unset, every lane is on device 0. With several devices each also gets its own busy
+  // union (device_busy_ns()). @throws config_error on a list of the wrong length.
+  void set_devices(const std::vector<int>& lane_devices) {
+    CONVEYOR_EXPECTS(lane_devices.size() == lanes_,
+                     "gpu_stats::set_devices: pass one device per lane");
+    devices_.clear();
+    for (std::size_t i = 0; i < lanes_; ++i) {
+      auto at = std::find(devices_.begin(), devices_.end(), lane_devices[i]);
+      if (at == devices_.end()) at = devices_.insert(devices_.end(), lane_devices[i]);
+      lane_device_[i] = lane_devices[i];
+      lane_slot_[i] = static_cast<std::size_t>(at - devices_.begin());
+    }
+    per_device_.clear();
+    if (devices_.size() > 1)
+      for (std::size_t d = 0; d < devices_.size(); ++d)
+        per_device_.push_back(std::make_unique<concurrent_interval_union>(window_));
+  }
+  int device_of(std::size_t lane) const noexcept { return lane_device_[lane]; }
+  // The distinct devices, in the order of their first lane.
+  const std::vector<int>& devices() const noexcept { return devices_; }
 
   std::size_t lanes() const noexcept { return lanes_; }
   lane_stats& lane(std::size_t i) noexcept { return stats_[i]; }
@@ -143,10 +171,15 @@ class gpu_stats {
   void record_batch(std::size_t i, const batch_timing& t) noexcept {
     stats_[i].record_batch(t);
     compute_busy_.add(t.compute);
+    if (!per_device_.empty()) per_device_[lane_slot_[i]]->add(t.compute);
   }
 
   // Time at least one lane's compute phase was running (union over lanes), in ns.
   std::int64_t compute_busy_ns() noexcept { return compute_busy_.total_ns(); }
+  // As compute_busy_ns(), over the lanes of devices()[d] only.
+  std::int64_t device_busy_ns(std::size_t d) noexcept {
+    return per_device_.empty() ? compute_busy_.total_ns() : per_device_[d]->total_ns();
+  }
   // Compute intervals lost (queue full) or clipped (beyond the window); 0 when sized right.
   std::uint64_t compute_intervals_dropped() const noexcept { return compute_busy_.dropped(); }
   std::uint64_t compute_intervals_late() noexcept { return compute_busy_.late(); }
@@ -159,7 +192,12 @@ class gpu_stats {
 
   std::size_t lanes_;
   std::unique_ptr<lane_stats[]> stats_;
+  std::size_t window_;
   concurrent_interval_union compute_busy_;
+  std::vector<int> lane_device_;        // lane -> its device id
+  std::vector<std::size_t> lane_slot_;  // lane -> its device's index in devices_
+  std::vector<int> devices_;
+  std::vector<std::unique_ptr<concurrent_interval_union>> per_device_;  // empty: one device
 };
 
 }  // namespace conveyor::metrics

@@ -81,6 +81,7 @@ struct stage_report {
 
 struct lane_report {
   std::size_t lane = 0;
+  int device = 0;  // the device the lane ran on (gpu_options::devices)
   std::uint64_t batches = 0;
   std::uint64_t items = 0;
   double h2d_s = 0.0;
@@ -160,7 +161,14 @@ struct report {
   double throughput = 0.0;           // completed items per second of wall time
   std::vector<stage_report> stages;  // in pipeline order
   std::vector<lane_report> lanes;
-  double gpu_busy_fraction = 0.0;  // union of the lanes' compute intervals / wall
+  // Union of the lanes' compute intervals / wall; with several devices, the mean of
+  // theirs (each device's below).
+  double gpu_busy_fraction = 0.0;
+  struct device_busy {
+    int device = 0;
+    double busy_fraction = 0.0;  // union of its lanes' compute intervals / wall
+  };
+  std::vector<device_busy> devices;  // one per device the lanes ran on
   std::optional<batch_report> batching;
   latency_report item_latency;  // submit (source) -> result (sink)
   latency_report batch_latency;

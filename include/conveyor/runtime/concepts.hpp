@@ -13,7 +13,8 @@
 // elapsed_ms by ADL),
 // pinned_buffer/pinned_span and device_buffer/device_span (distinct, trivially copyable
 // spans; pinned ones have host element access, device ones none), and copy_async /
-// memset_async found by ADL that take only those spans, never a std::vector or a pointer.
+// memset_async found by ADL that take only those spans, never a std::vector or a pointer;
+// and devices: R::device_count(), R::current_device(), R::set_device(id) (per thread).
 // Thread-safety: compile-time only.
 #pragma once
 
@@ -136,6 +137,9 @@ template <class R>
 concept runtime =
     requires {
       { R::name } -> std::convertible_to<std::string_view>;
+      { R::device_count() } -> std::same_as<int>;
+      { R::current_device() } -> std::same_as<int>;
+      R::set_device(0);
       typename R::stream;
       typename R::stream_ref;
       typename R::event;

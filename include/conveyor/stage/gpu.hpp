@@ -66,6 +66,11 @@ struct gpu_options {
   std::string name = "gpu";
   // How the lane threads wait for a batch's events and for a free slot (see event_wait).
   event_wait waiting = event_wait::block;
+  // The devices the lanes run on: lane l on devices[l % devices.size()]. Each lane's
+  // stream, events and slots are made on its device, and both its threads bind it
+  // (R::set_device) before any work. Empty: the device current on the thread that
+  // builds the pipeline.
+  std::vector<int> devices = {};
 };
 
 // What the compute functor gets for one batch.
@@ -74,6 +79,7 @@ struct lane_batch {
   typename R::stream_ref stream;                      // enqueue everything here
   std::size_t lane;                                   // 0 .. lanes-1 (per-lane handles)
   std::size_t items;                                  // items in the batch
+  int device;                                         // the lane's device (bound already)
   typename R::template device_span<const InElem> in;  // what stage-in wrote, on the device
   typename R::template device_span<OutElem> out;      // the slot's whole output capacity
 };
@@ -161,7 +167,10 @@ class gpu_node {
     lanes_.reserve(o.lanes);
     ring_name_ = "ring " + o.name;
     for (std::size_t l = 0; l < o.lanes; ++l) {
-      lanes_.push_back(std::make_unique<lane>(stage_.make_stream(l), o));
+      // Everything of the lane is made on its device (the guard restores this thread's).
+      const int dev = o.devices.empty() ? R::current_device() : o.devices[l % o.devices.size()];
+      const device_scope on{dev};
+      lanes_.push_back(std::make_unique<lane>(stage_.make_stream(l), o, dev));
       // Per lane, three tracks: the stream (batch > H2D, compute, D2H, in device time),
       // the enqueue thread (stage-in, enqueue) and the completion thread (stage-out).
       const std::string lane_name = o.name + " lane " + std::to_string(l);
@@ -169,6 +178,9 @@ class gpu_node {
       lanes_.back()->enqueue_track = ctl_.make_track(lane_name + " enqueue");
       lanes_.back()->complete_track = ctl_.make_track(lane_name + " complete");
     }
+    std::vector<int> lane_devices;
+    for (const auto& l : lanes_) lane_devices.push_back(l->device);
+    gpu_.set_devices(lane_devices);
     ctl_.on_stop([this] {
       for (auto& l : lanes_) {
         l->pool.close();
@@ -215,14 +227,16 @@ class gpu_node {
   };
 
   struct lane {
-    lane(typename R::stream s, const gpu_options& o)
-        : pool(o.slots_per_lane, o.in_elems, o.out_elems, o.waiting),
+    lane(typename R::stream s, const gpu_options& o, int dev)
+        : device(dev),
+          pool(o.slots_per_lane, o.in_elems, o.out_elems, o.waiting),
           done(next_power_of_two(o.slots_per_lane)),
           reference{event_timing::enabled, o.waiting},
           stream(std::move(s)) {
       timing.reserve(o.slots_per_lane);
       for (std::size_t i = 0; i < o.slots_per_lane; ++i) timing.emplace_back(o.waiting);
     }
+    int device;
     pool_t pool;
     spsc_ring<in_flight> done;  // enqueue thread -> completion thread, in stream order
     // Four timing events per slot: before H2D, after H2D, after compute, after D2H.
@@ -256,6 +270,11 @@ class gpu_node {
                      "gpu '" + o.name +
                          "': set in_elems and out_elems to the largest batch's "
                          "input and output element counts");
+    for (const int d : o.devices)
+      CONVEYOR_EXPECTS(d >= 0 && d < R::device_count(),
+                       "gpu '" + o.name + "': device " + std::to_string(d) + " requested but " +
+                           std::to_string(R::device_count()) + " answer (" + std::string(R::name) +
+                           " runtime); list devices in [0, device_count())");
   }
 
   // Pins a lane's reference event to the host clock. Elapsed times are floats in ms, so
@@ -285,9 +304,39 @@ class gpu_node {
     std::int64_t last;
   };
 
+  // Sets the calling thread's current device for the scope, then restores it.
+  struct device_scope {
+    explicit device_scope(int dev) : previous(R::current_device()) { R::set_device(dev); }
+    ~device_scope() {
+      try {
+        R::set_device(previous);
+      } catch (...) {  // the previous device was valid a moment ago; nothing to do
+      }
+    }
+    device_scope(const device_scope&) = delete;
+    device_scope& operator=(const device_scope&) = delete;
+    int previous;
+  };
+
+  // A lane thread's first act: its device. false (the failure recorded): the lane cannot
+  // run, the pipeline stops.
+  bool bind(const lane& l) noexcept {
+    try {
+      R::set_device(l.device);
+      return true;
+    } catch (...) {
+      ctl_.fail_current(stage_.options().name, stage_error::no_item, 0);
+      return false;
+    }
+  }
+
   void enqueue_loop(std::size_t index) noexcept {
     ctl_.await_gate();
     lane& l = *lanes_[index];
+    if (!bind(l)) {
+      l.done.close();
+      return;
+    }
     worker_probe probe{ctl_, stats_, index, l.enqueue_track, "enqueue", ring_name_.c_str()};
     cpu_meter cpu{ctl_.metrics_on ? &gpu_.lane(index) : nullptr};
     auto stream = l.stream.ref();
@@ -341,8 +390,8 @@ class gpu_node {
                      stream);
           ev[1].record(stream);
         }
-        lane_batch<R, InElem, OutElem> lb{stream, index, items, s->device_in.subspan(0, f.in_count),
-                                          s->device_out};
+        lane_batch<R, InElem, OutElem> lb{
+            stream, index, items, l.device, s->device_in.subspan(0, f.in_count), s->device_out};
         {
           metrics::nvtx_range range{"compute"};
           f.out_count = stage_.compute()(lb);
@@ -378,6 +427,10 @@ class gpu_node {
   void complete_loop(std::size_t index) noexcept {
     ctl_.await_gate();
     lane& l = *lanes_[index];
+    if (!bind(l)) {
+      if (live_.fetch_sub(1, std::memory_order_acq_rel) == 1) reorder_.close_output();
+      return;
+    }
     const bool measure = ctl_.metrics_on;
     metrics::trace_track* const device_track = measure ? l.device_track : nullptr;
     metrics::trace_track* const complete_track = measure ? l.complete_track : nullptr;

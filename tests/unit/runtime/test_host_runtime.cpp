@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -263,6 +264,34 @@ TEST_CASE("host event: event_wait::spin waits as block does, for completion and 
   host::event after{event_timing::disabled, w};
   after.record(s);
   REQUIRE_THROWS_WITH(after.synchronize(), Catch::Contains("kernel fault"));
+}
+
+TEST_CASE("host device: a stream is its maker's device's, and takes work only from there") {
+  REQUIRE(host::current_device() == 0);
+  REQUIRE(host::device_count() == host::simulated_devices);
+  host::stream on0;
+  std::optional<host::stream> on2;
+  {
+    const host::device_guard g{2};
+    REQUIRE(host::current_device() == 2);
+    on2.emplace();
+  }
+  REQUIRE(host::current_device() == 0);  // the guard restored it
+  std::atomic<int> ran{0};
+  on0.ref().enqueue([&] { ran.fetch_add(1); });
+  REQUIRE_THROWS_WITH(on2->ref().enqueue([&] { ran.fetch_add(1); }),
+                      Catch::Contains("belongs to device 2") && Catch::Contains("set_device(2)"));
+  std::thread bound{[&] {
+    host::set_device(2);  // per thread: the main thread stays on 0
+    on2->ref().enqueue([&] { ran.fetch_add(1); });
+  }};
+  bound.join();
+  REQUIRE(host::current_device() == 0);
+  on0.synchronize();
+  on2->synchronize();
+  REQUIRE(ran.load() == 2);
+  REQUIRE_THROWS_WITH(host::set_device(host::simulated_devices), Catch::Contains("valid ids"));
+  REQUIRE_THROWS_WITH(host::set_device(-1), Catch::Contains("valid ids"));
 }
 
 TEST_CASE("host event: destroying an event with a record pending is safe") {

@@ -52,6 +52,13 @@ inline int current_device() {
   return d;
 }
 
+// Makes `id` the calling thread's current device. @throws as require_device(id), or
+// cuda_error from cudaSetDevice.
+inline void set_device(int id) {
+  require_device(id);
+  CONVEYOR_CUDA_TRY(cudaSetDevice(id));
+}
+
 // Makes `id` the calling thread's current device; the destructor restores the previous one.
 class device_guard {
  public:

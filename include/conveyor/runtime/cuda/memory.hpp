@@ -10,9 +10,10 @@
 // Copies take only pinned_span / device_span, so handing pageable memory (a std::vector,
 // a std::span, a raw pointer) to an async copy does not compile: cudaMemcpyAsync from
 // pageable memory silently synchronizes. device_span has no host element access at all.
-// from_native() on a span adopts foreign memory; debug builds check the pointer kind
-// with cudaPointerGetAttributes. Allocation happens at construction only: cudaMalloc and
-// cudaHostAlloc synchronize implicitly, so a pipeline makes its buffers before it starts.
+// from_native() on a span adopts foreign memory; every build checks the pointer kind once
+// (cudaPointerGetAttributes: config_error for pageable memory behind a pinned_span).
+// Allocation happens at construction only: cudaMalloc and cudaHostAlloc synchronize
+// implicitly, so a pipeline makes its buffers before it starts.
 // Freeing (cudaFree, cudaFreeHost) also synchronizes the device; destroy buffers once no
 // stream uses them.
 // Thread-safety: buffers are owned values; the memory follows stream ordering rules.
@@ -36,8 +37,9 @@
 
 namespace conveyor::detail {
 
+// Once per adopted buffer (from_native), in every build: pageable memory behind a
+// pinned_span would make each copy of the GPU segment synchronous, silently.
 inline void check_cuda_pointer_kind(const void* p, std::size_t bytes, bool want_device) {
-#ifndef NDEBUG
   if (p == nullptr || bytes == 0) return;
   cudaPointerAttributes attr{};
   CONVEYOR_CUDA_TRY(cudaPointerGetAttributes(&attr, p));
@@ -49,11 +51,6 @@ inline void check_cuda_pointer_kind(const void* p, std::size_t bytes, bool want_
                            : "pinned_span::from_native: the pointer is not pinned host memory "
                              "(pageable memory makes cudaMemcpyAsync synchronous); allocate "
                              "it with pinned_buffer or cudaHostAlloc, or cudaHostRegister it");
-#else
-  (void)p;
-  (void)bytes;
-  (void)want_device;
-#endif
 }
 
 inline void cuda_memcpy_async(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind,

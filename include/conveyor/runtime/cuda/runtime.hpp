@@ -5,6 +5,7 @@
 //   R::stream s{};  R::event done{conveyor::event_timing::disabled};
 //   R::pinned_buffer<float> in{n};  R::device_buffer<float> dev{n};
 //   copy_async(dev.span(), in.span(), s);  done.record(s);  done.synchronize();
+//   R::set_device(1);                                   // this thread's device from now on
 //
 // conveyor::cuda::runtime is the tag the pipeline takes as a template parameter; it
 // satisfies conveyor::runtime (runtime/concepts.hpp). Builds with a plain C++ compiler
@@ -37,6 +38,10 @@ struct runtime {
   template <class T>
   using device_span = ::conveyor::cuda::device_span<T>;
   static constexpr std::string_view name = "cuda";
+  // Devices: the calling thread's current one, binding one, and how many answer.
+  static int device_count() noexcept { return ::conveyor::cuda::device_count(); }
+  static int current_device() { return ::conveyor::cuda::current_device(); }
+  static void set_device(int id) { ::conveyor::cuda::set_device(id); }
 };
 
 }  // namespace conveyor::cuda

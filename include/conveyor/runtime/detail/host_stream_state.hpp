@@ -25,6 +25,7 @@
 #include "conveyor/ring/detail/wait.hpp"
 #include "conveyor/ring/mpmc_ring.hpp"
 #include "conveyor/runtime/detail/host_task.hpp"
+#include "conveyor/runtime/host/device.hpp"
 
 namespace conveyor::detail {
 
@@ -160,8 +161,10 @@ class host_stream_state {
   // Ops the queue holds before push() blocks (CUDA's launch queue is ~1k entries too).
   static constexpr std::size_t queue_capacity = 1024;
 
+  // The stream belongs to the calling thread's current (simulated) device.
   explicit host_stream_state(std::optional<jitter_config> jitter)
-      : queue_(queue_capacity),
+      : device(host::current_device()),
+        queue_(queue_capacity),
         jitter_on_(jitter.has_value() && jitter->max_delay.count() > 0),
         max_delay_us_(jitter ? static_cast<std::uint64_t>(jitter->max_delay.count()) : 0),
         rng_(jitter ? jitter->seed : 0) {
@@ -173,6 +176,8 @@ class host_stream_state {
     worker_ = std::thread([this] { run(); });
     host_counters::streams.fetch_add(1, std::memory_order_relaxed);  // relaxed: statistic
   }
+
+  const int device;  // see host/device.hpp
 
   ~host_stream_state() {
     queue_.close();  // the worker drains what is queued, then pop() reports closed

@@ -23,13 +23,16 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "conveyor/base/config.hpp"
+#include "conveyor/base/error.hpp"
 #include "conveyor/runtime/detail/host_stream_state.hpp"
 #include "conveyor/runtime/detail/host_task.hpp"
+#include "conveyor/runtime/host/device.hpp"
 
 namespace conveyor::host {
 
@@ -52,10 +55,14 @@ class stream_ref {
   // f runs. Callables up to detail::host_task::inline_capacity bytes with a nothrow move
   // are stored without allocating.
   // @note blocks while the stream's queue (detail::host_stream_state::queue_capacity) is full.
+  // @throws error when the calling thread's current device is not the stream's (see
+  // host/device.hpp: a thread that launches work binds its device first).
   template <class F>
   void enqueue(F&& f) const {
     static_assert(std::is_invocable_v<std::decay_t<F>&>,
                   "host::stream_ref::enqueue: f must be callable with no arguments");
+    if (state_->device != current_device()) [[unlikely]]
+      wrong_device(state_->device);
     state_->push(detail::host_task{[fn = std::forward<F>(f)](detail::host_stream_state& s) mutable {
       if (s.failed()) return;  // sticky: skip work behind a failure
       try {
@@ -82,6 +89,12 @@ class stream_ref {
  private:
   friend class stream;
   explicit stream_ref(detail::host_stream_state* s) noexcept : state_(s) {}
+  [[noreturn]] static void wrong_device(int device) {
+    throw error("host::stream_ref::enqueue: the stream belongs to device " +
+                std::to_string(device) + " but the calling thread's current device is " +
+                std::to_string(current_device()) + "; call set_device(" + std::to_string(device) +
+                ") on this thread first");
+  }
   detail::host_stream_state* state_;
 };
 
