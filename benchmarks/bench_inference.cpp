@@ -27,6 +27,9 @@
 //                    pinned memory, so it has no such row: these show what that is worth.
 //   conveyor/lanes:L source | map(prepare).workers(W).ordered() | batch(B) | gpu segment
 //                    with L lanes (2 slots each) | unbatch | sink, L = 1..4
+//   conveyor/wait:block|spin  the default configuration with lane threads that wait
+//                    asleep (gpu_options::waiting, the default) or spin; counter
+//                    lane_cpu_per_lane: the lane threads' CPU time / wall, per lane
 // Sweeps at equal resources (2 lanes / 2 streams):
 //   conveyor/batch:B/workers:W  and  thread_queue/batch:B/workers:W/streams:2 (W
 //                      producers), B = 1, 4, 16, 64, 256, 1024, W = 1, 2, 4: throughput
@@ -168,6 +171,7 @@ struct run_opts {
   bool cpu_normalize = false;
   bool wide = false;                         // the compute-bound model (config::wide_shape)
   cm::precision prec = cm::precision::fp32;  // CUDA: the GEMMs' precision
+  conveyor::event_wait waiting = conveyor::event_wait::block;  // how the lane threads wait
 
   // Which model the run uses (bench_env::model_for).
   auto model_key() const { return std::tuple{wide, graphs, prec}; }
@@ -946,6 +950,13 @@ inline void report_counters(benchmark::State& state, double busy_sum,
   }
   if (h2d_s > 0) state.counters["h2d_bytes_per_second"] = h2d_bytes / h2d_s;
   if (last.wall_s > 0) state.counters["h2d_goodput_bytes_per_second"] = h2d_bytes / last.wall_s;
+  // CPU the lane threads used (both of each lane) over the run's wall time, per lane: near
+  // 0 while they wait asleep, near 2 when both spin through the run.
+  double lane_cpu_s = 0;
+  for (const auto& l : last.lanes) lane_cpu_s += l.cpu_s;
+  if (!last.lanes.empty() && last.wall_s > 0)
+    state.counters["lane_cpu_per_lane"] =
+        lane_cpu_s / last.wall_s / static_cast<double>(last.lanes.size());
 }
 
 template <class R, class Elem>
@@ -971,7 +982,8 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
            .slots_per_lane = 2,
            .in_elems = batch * n,
            .out_elems = batch,
-           .name = "mlp"},
+           .name = "mlp",
+           .waiting = o.waiting},
           [n](std::vector<item_t>& b, typename R::template pinned_span<Elem> dst) {
             for (std::size_t i = 0; i < b.size(); ++i)
               std::memcpy(dst.data() + i * n, b[i].px.data(), n * sizeof(Elem));
@@ -1287,6 +1299,10 @@ void register_all(const config& c) {
   }
   for (std::size_t lanes = 1; lanes <= bench_env<R>::max_lanes; ++lanes)
     conveyor_run(rt + "/conveyor/lanes:" + std::to_string(lanes), {.lanes = lanes});
+  // The default (CPU-bound) configuration with lanes that wait asleep and that spin.
+  for (const auto w : {conveyor::event_wait::block, conveyor::event_wait::spin})
+    conveyor_run(rt + "/conveyor/wait:" + (w == conveyor::event_wait::block ? "block" : "spin"),
+                 {.waiting = w});
   // The sweep at equal resources: batch x workers, conveyor and its fair peer side by side.
   for (const std::size_t b : sweep_batches)
     for (const std::size_t w : {1, 2, 4}) {
