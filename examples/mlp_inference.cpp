@@ -295,7 +295,7 @@ class demo {
          .name = "mlp"},
         [n](std::vector<image>& b, typename R::template pinned_span<float> dst) {
           for (std::size_t i = 0; i < b.size(); ++i)  // straight into the pinned slot
-            std::memcpy(dst.data() + i * n, b[i].x.data(), n * sizeof(float));
+            dst.write_at(i * n, b[i].x);  // checked: throws rather than overrun the slot
           return b.size() * n;
         },
         [this](conveyor::lane_batch<R, float, std::uint32_t>& l) {  // enqueue only
