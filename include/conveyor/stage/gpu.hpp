@@ -42,6 +42,7 @@
 #include "conveyor/counters/nvtx.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 #include "conveyor/runtime/concepts.hpp"
+#include "conveyor/runtime/event_clock.hpp"
 #include "conveyor/runtime/event_timing.hpp"
 #include "conveyor/runtime/slot_pool.hpp"
 #include "conveyor/stage/detail/control.hpp"
@@ -220,9 +221,8 @@ class gpu_node {
           typename R::event{event_timing::enabled}, typename R::event{event_timing::enabled}};
     };
     std::vector<events> timing;
-    typename R::event reference{event_timing::enabled};  // elapsed times count from here
-    std::int64_t reference_ns = 0;                       // ... which was now_ns() then
-    metrics::trace_track* device_track = nullptr;        // nullptr: no trace
+    event_clock<typename R::event> clock;  // event times -> now_ns(), re-anchored each second
+    metrics::trace_track* device_track = nullptr;  // nullptr: no trace
     metrics::trace_track* enqueue_track = nullptr;
     metrics::trace_track* complete_track = nullptr;
     // Last member, so destroyed first: the stream finishes its queued copies before the
@@ -243,17 +243,11 @@ class gpu_node {
                          "input and output element counts");
   }
 
-  // Pins a lane's reference event to the host clock. Elapsed times are floats in ms, so
-  // a timestamp far from the reference loses precision: ~6 us after 100 s of run.
-  void anchor(lane& l) {
-    l.reference.record(l.stream);
-    l.reference.synchronize();
-    l.reference_ns = now_ns();
-  }
+  // Pins a lane's event clock to the host clock; the completion thread then moves the
+  // anchor to a batch's last event about once a second (event_clock::advance).
+  static void anchor(lane& l) { l.clock.anchor(l.stream.ref()); }
 
-  std::int64_t to_ns(const lane& l, const typename R::event& e) const {
-    return l.reference_ns + static_cast<std::int64_t>(elapsed_ms(l.reference, e) * 1e6);
-  }
+  static std::int64_t to_ns(const lane& l, const typename R::event& e) { return l.clock.to_ns(e); }
 
   void enqueue_loop(std::size_t index) noexcept {
     ctl_.await_gate();
@@ -365,6 +359,7 @@ class gpu_node {
           t.h2d = {to_ns(l, ev[0]), to_ns(l, ev[1])};
           t.compute = {t.h2d.end_ns, to_ns(l, ev[2])};
           t.d2h = {t.compute.end_ns, to_ns(l, ev[3])};
+          l.clock.advance(ev[3], t.d2h.end_ns);  // ev[3] is rerecorded only after release
           t.h2d_bytes = f->in_count * sizeof(InElem);
           t.d2h_bytes = f->out_count * sizeof(OutElem);
           gpu_.record_batch(index, t);
