@@ -38,7 +38,8 @@
 //                      batch(B).max_delay(2 ms); P50/P95/P99 from each item's due time to
 //                      the sink, offered and achieved items/s (see paced())
 //   conveyor/graphs:off|on/batch:B  (CUDA) B = 1, 2, 4, 8, 16: the model replays a
-//                      captured CUDA graph per batch shape, or launches each kernel
+//                      captured CUDA graph per batch bucket, or launches each kernel;
+//                      counters graph_replays / _misses / _captures / _evictions
 //   conveyor/precision:P, conveyor/model:wide/precision:P  (CUDA) the GEMMs at fp32,
 //                      tf32, fp16, bf16, on the default and on the compute-bound model
 //   conveyor/normalize:cpu  prepare normalizes on the CPU and the pipeline ships floats
@@ -121,6 +122,7 @@
 
 #include "conveyor/pipeline.hpp"
 #include "conveyor/runtime/host/runtime.hpp"
+#include "conveyor_models/graph_cache.hpp"
 #include "conveyor_models/model.hpp"
 #include "conveyor_models/reference.hpp"
 
@@ -931,6 +933,25 @@ void timed_run(benchmark::State& state, Pipeline& p, run_totals& t) {
 
 std::string current_row;  // the benchmark running now (State has no name in benchmark 1.7)
 
+// The CUDA model's graph cache counters (cpu_mlp has none: all zero).
+template <class Model>
+cm::graph_cache_stats graph_stats_of(const Model& m) {
+  if constexpr (requires { m.graph_stats(); })
+    return m.graph_stats();
+  else
+    return {};
+}
+
+// A row's graph replays, misses, captures and evictions (the model outlives its rows).
+inline void graph_counters(benchmark::State& state, const cm::graph_cache_stats& before,
+                           const cm::graph_cache_stats& after) {
+  if (after.hits + after.misses == before.hits + before.misses) return;  // graphs off
+  state.counters["graph_replays"] = static_cast<double>(after.hits - before.hits);
+  state.counters["graph_misses"] = static_cast<double>(after.misses - before.misses);
+  state.counters["graph_captures"] = static_cast<double>(after.captures - before.captures);
+  state.counters["graph_evictions"] = static_cast<double>(after.evictions - before.evictions);
+}
+
 // With CONVEYOR_BENCH_REPORTS=1 in the environment the last iteration's report is printed
 // to stderr too (which stage was busy, starved or blocked, the verdict).
 inline void report_counters(benchmark::State& state, double busy_sum,
@@ -969,6 +990,7 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
   const stage_rates bound = env.template bound<Elem>(o);
   const std::size_t n = c.shape.input;
   auto& model = env.model_for(o);
+  const auto graphs_before = graph_stats_of(model);
   std::vector<std::uint32_t> got(c.items);
   run_totals runs;
   for (auto _ : state) {
@@ -1013,6 +1035,7 @@ void pipelined_as(benchmark::State& state, bench_env<R>& env, run_opts o) {
     state.ResumeTiming();
   }
   report_counters(state, runs.busy, runs.last);
+  graph_counters(state, graphs_before, graph_stats_of(model));
   env.finish(state, bound, runs.timed_s, got, env.expected_for(o));
 }
 

@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
        .out_elems = batch_size * classes},
       [](std::vector<tensor>& b, R::pinned_span<float> dst) {  // stage-in: straight into pinned
         for (std::size_t i = 0; i < b.size(); ++i)
-          std::copy(b[i].x.begin(), b[i].x.end(),
-                    dst.begin() + static_cast<std::ptrdiff_t>(i * pixels));
+          dst.write_at(i * pixels, b[i].x);  // checked: throws rather than overrun the slot
         return b.size() * pixels;
       },
       [](conveyor::lane_batch<R, float, float>& l) {  // compute: enqueue on the lane's stream

@@ -225,6 +225,18 @@ class demo {
         static_cast<unsigned long long>(same), items, mismatched_runs, a_.runs);
     std::printf("\nwhat conveyor measured (last run):\n");
     std::cout << last;
+    if constexpr (requires { model_.graph_stats(); }) {  // the CUDA model's graph cache
+      if (model_.options().cuda_graphs) {
+        const auto g = model_.graph_stats();  // every run, both loops, all lanes
+        std::printf(
+            "CUDA graphs: %llu replays, %llu misses, %llu captured, %llu evicted, %llu held "
+            "(at most %zu per lane; batches padded to powers of two)\n",
+            static_cast<unsigned long long>(g.hits), static_cast<unsigned long long>(g.misses),
+            static_cast<unsigned long long>(g.captures),
+            static_cast<unsigned long long>(g.evictions), static_cast<unsigned long long>(g.cached),
+            model_.options().graph_cache_capacity);
+      }
+    }
 
     // On the host runtime results are bit-identical. On a GPU a batch of another size may
     // take another cuBLAS kernel (another summation order) and flip a near-tie.
@@ -295,7 +307,7 @@ class demo {
          .name = "mlp"},
         [n](std::vector<image>& b, typename R::template pinned_span<float> dst) {
           for (std::size_t i = 0; i < b.size(); ++i)  // straight into the pinned slot
-            std::memcpy(dst.data() + i * n, b[i].x.data(), n * sizeof(float));
+            dst.write_at(i * n, b[i].x);  // checked: throws rather than overrun the slot
           return b.size() * n;
         },
         [this](conveyor::lane_batch<R, float, std::uint32_t>& l) {  // enqueue only

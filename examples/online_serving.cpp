@@ -162,7 +162,7 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
        .name = "mlp"},
       [n](std::vector<tensor>& b, typename R::template pinned_span<std::uint8_t> dst) {
         for (std::size_t i = 0; i < b.size(); ++i)
-          std::memcpy(dst.data() + i * n, b[i].px.data(), n);
+          dst.write_at(i * n, b[i].px);  // checked: throws rather than overrun the slot
         return b.size() * n;
       },
       [&model](conveyor::lane_batch<R, std::uint8_t, std::uint32_t>& l) {

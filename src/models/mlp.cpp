@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <compare>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,6 +16,7 @@
 #include "conveyor/base/config.hpp"
 #include "conveyor/runtime/cuda/check.hpp"
 #include "conveyor/runtime/cuda/cublas.hpp"
+#include "conveyor_models/graph_cache.hpp"
 #include "conveyor_models/kernels.hpp"
 
 namespace conveyor_models {
@@ -39,13 +39,13 @@ cublasComputeType_t compute_type(precision p) noexcept {
 
 bool is16(precision p) noexcept { return storage_bytes(p) == 2; }
 
-// One captured graph: what was captured, and the pointers it baked in.
-struct graph_key {
-  int call;
-  std::size_t items;
-  const void* in;
-  const void* out;
-  auto operator<=>(const graph_key&) const = default;
+// What a lane's graphs compute, on the lane's own buffers (x in; logits or labels out).
+enum class graph_call { forward, classify };
+
+struct destroy_exec {
+  void operator()(cudaGraphExec_t exec) const noexcept {
+    CONVEYOR_CUDA_ASSERT(cudaGraphExecDestroy(exec));  // an exec still running is freed after
+  }
 };
 
 }  // namespace
@@ -56,23 +56,23 @@ struct mlp::lane_state {
         act0(o.max_items * o.shape.max_width() * storage_bytes(o.prec), "mlp activations"),
         act1(o.max_items * o.shape.max_width() * storage_bytes(o.prec), "mlp activations"),
         x(o.max_items * o.shape.input, "mlp normalized input"),
-        logits(o.max_items * o.shape.classes, "mlp logits") {}
+        logits(o.max_items * o.shape.classes, "mlp logits"),
+        labels(o.cuda_graphs ? o.max_items : 0, "mlp labels"),
+        graphs(o.cuda_graphs ? o.graph_cache_capacity : 1) {}
 
-  ~lane_state() { drop_graphs(); }
+  ~lane_state() { drop_graphs(); }  // before the handle and buffers they use go
   lane_state(const lane_state&) = delete;
   lane_state& operator=(const lane_state&) = delete;
 
-  void drop_graphs() noexcept {
-    for (auto& [key, exec] : graphs) CONVEYOR_CUDA_ASSERT(cudaGraphExecDestroy(exec));
-    graphs.clear();
-  }
+  void drop_graphs() noexcept { graphs.clear(); }
 
   conveyor::cuda::device_buffer<float> acc;       // a GEMM's float output
   conveyor::cuda::device_buffer<std::byte> act0;  // activations at the storage precision
   conveyor::cuda::device_buffer<std::byte> act1;
-  conveyor::cuda::device_buffer<float> x;       // classify: normalized input
-  conveyor::cuda::device_buffer<float> logits;  // classify: logits before argmax
-  std::map<graph_key, cudaGraphExec_t> graphs;
+  conveyor::cuda::device_buffer<float> x;               // classify: normalized input
+  conveyor::cuda::device_buffer<float> logits;          // classify: logits before argmax
+  conveyor::cuda::device_buffer<std::uint32_t> labels;  // graphs: classify's padded labels
+  graph_cache<graph_call, cudaGraphExec_t, destroy_exec> graphs;
   // Last: destroyed first, while the workspace and scratch it may use still exist.
   std::optional<conveyor::cuda::cublas_handle> blas;
 };
@@ -86,6 +86,9 @@ mlp::mlp(const mlp_options& o) : options_(o) {
   CONVEYOR_EXPECTS(!o.cuda_graphs || o.workspace_bytes > 0,
                    "mlp: cuda_graphs needs a cuBLAS workspace (workspace_bytes > 0) so that "
                    "capturing cuBLAS calls allocates nothing");
+  CONVEYOR_EXPECTS(!o.cuda_graphs || o.graph_cache_capacity >= 1,
+                   "mlp: cuda_graphs needs graph_cache_capacity >= 1 (graphs kept per lane; "
+                   "2 x log2(max_items) + 2 holds every bucket of both calls)");
 
   // Upload through pinned staging on a stream of our own: no pageable copy, no legacy
   // default stream.
@@ -119,7 +122,13 @@ mlp::mlp(const mlp_options& o) : options_(o) {
     layers_.push_back(std::move(ly));
   }
   lanes_.reserve(o.lanes);
-  for (std::size_t l = 0; l < o.lanes; ++l) lanes_.push_back(std::make_unique<lane_state>(o));
+  for (std::size_t l = 0; l < o.lanes; ++l) {
+    lanes_.push_back(std::make_unique<lane_state>(o));
+    // A graph pads its batch to a bucket and reads x's rows past the batch: they hold
+    // an earlier batch's inputs, or these zeros, never uninitialized memory.
+    if (o.cuda_graphs) memset_async(lanes_.back()->x.span(), 0, upload);
+  }
+  upload.synchronize();
 }
 
 mlp::~mlp() = default;
@@ -144,7 +153,14 @@ mlp::lane_state& mlp::lane_for(std::size_t lane, conveyor::cuda::stream_ref s) {
 
 std::size_t mlp::graphs_cached(std::size_t lane) const {
   CONVEYOR_EXPECTS(lane < lanes_.size(), "mlp::graphs_cached: no such lane");
-  return lanes_[lane]->graphs.size();
+  return options_.cuda_graphs ? lanes_[lane]->graphs.size() : 0;
+}
+
+graph_cache_stats mlp::graph_stats() const noexcept {
+  graph_cache_stats total;
+  if (options_.cuda_graphs)
+    for (const auto& l : lanes_) total += l->graphs.stats();
+  return total;
 }
 
 void mlp::enqueue_forward(const float* in, float* out, std::size_t items, cudaStream_t s,
@@ -196,21 +212,23 @@ void mlp::enqueue_classify_normalized(const float* x, std::uint32_t* labels, std
   kernels::argmax_rows(l.logits.data(), items, options_.shape.classes, labels, s);
 }
 
-template <class Enqueue>
-void mlp::run(lane_state& l, int call, std::size_t items, const void* in, const void* out,
-              cudaStream_t s, Enqueue&& enqueue) {
-  if (items == 0) return;
-  if (!options_.cuda_graphs) {
-    enqueue();
+// With cuda_graphs: the work of (call, bucket) on the lane's own buffers, from a cached
+// graph, or run eagerly and captured (a miss). x holds the batch's inputs by now; rows
+// past `items` are padding, computed and never copied out.
+void mlp::run_graph(lane_state& l, int call, std::size_t items, cudaStream_t s) {
+  const std::size_t rows = graph_bucket(items, options_.max_items);
+  const auto c = static_cast<graph_call>(call);
+  const auto enqueue = [&] {
+    if (c == graph_call::forward)
+      enqueue_forward(l.x.data(), l.logits.data(), rows, s, l);
+    else
+      enqueue_classify_normalized(l.x.data(), l.labels.data(), rows, s, l);
+  };
+  if (cudaGraphExec_t* exec = l.graphs.find({c, rows})) {
+    CONVEYOR_CUDA_TRY(cudaGraphLaunch(*exec, s));
     return;
   }
-  const graph_key key{call, items, in, out};
-  const auto it = l.graphs.find(key);
-  if (it != l.graphs.end()) {
-    CONVEYOR_CUDA_TRY(cudaGraphLaunch(it->second, s));
-    return;
-  }
-  // A new shape: run it eagerly (this batch's result; it also loads every kernel the
+  // A new bucket: run it eagerly (this batch's result; it also loads every kernel the
   // work needs, so lazy module loading never happens inside a capture), then capture
   // the same work for the next batches. Capturing executes nothing.
   enqueue();
@@ -230,7 +248,7 @@ void mlp::run(lane_state& l, int call, std::size_t items, const void* in, const 
   const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0ULL);
   CONVEYOR_CUDA_ASSERT(cudaGraphDestroy(graph));
   CONVEYOR_CUDA_TRY(status);
-  l.graphs.emplace(key, exec);
+  l.graphs.insert({c, rows}, exec);
 }
 
 namespace {
@@ -251,16 +269,30 @@ void mlp::forward(device_span<const float> in, device_span<float> out, std::size
   const mlp_shape& sh = options_.shape;
   check_call(options_, "forward", items, in.size(), sh.input, out.size(), sh.classes);
   lane_state& l = lane_for(lane, s);
-  run(l, 0, items, in.data(), out.data(), s.native(),
-      [&] { enqueue_forward(in.data(), out.data(), items, s.native(), l); });
+  if (items == 0) return;
+  if (!options_.cuda_graphs) {
+    enqueue_forward(in.data(), out.data(), items, s.native(), l);
+    return;
+  }
+  copy_async(l.x.span().subspan(0, items * sh.input), in.subspan(0, items * sh.input), s);
+  run_graph(l, static_cast<int>(graph_call::forward), items, s.native());
+  copy_async(out.subspan(0, items * sh.classes),
+             device_span<const float>(l.logits.span()).subspan(0, items * sh.classes), s);
 }
 
 void mlp::classify(device_span<const std::uint8_t> pixels, device_span<std::uint32_t> labels,
                    std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane) {
   check_call(options_, "classify", items, pixels.size(), options_.shape.input, labels.size(), 1);
   lane_state& l = lane_for(lane, s);
-  run(l, 1, items, pixels.data(), labels.data(), s.native(),
-      [&] { enqueue_classify(pixels.data(), labels.data(), items, s.native(), l); });
+  if (items == 0) return;
+  if (!options_.cuda_graphs) {
+    enqueue_classify(pixels.data(), labels.data(), items, s.native(), l);
+    return;
+  }
+  kernels::normalize(pixels.data(), l.x.data(), items * options_.shape.input, options_.norm,
+                     s.native());
+  run_graph(l, static_cast<int>(graph_call::classify), items, s.native());
+  copy_labels(l, labels, items, s);
 }
 
 void mlp::classify(device_span<const float> normalized, device_span<std::uint32_t> labels,
@@ -268,8 +300,21 @@ void mlp::classify(device_span<const float> normalized, device_span<std::uint32_
   check_call(options_, "classify", items, normalized.size(), options_.shape.input, labels.size(),
              1);
   lane_state& l = lane_for(lane, s);
-  run(l, 2, items, normalized.data(), labels.data(), s.native(),
-      [&] { enqueue_classify_normalized(normalized.data(), labels.data(), items, s.native(), l); });
+  if (items == 0) return;
+  if (!options_.cuda_graphs) {
+    enqueue_classify_normalized(normalized.data(), labels.data(), items, s.native(), l);
+    return;
+  }
+  const std::size_t n = items * options_.shape.input;
+  copy_async(l.x.span().subspan(0, n), normalized.subspan(0, n), s);
+  run_graph(l, static_cast<int>(graph_call::classify), items, s.native());
+  copy_labels(l, labels, items, s);
+}
+
+void mlp::copy_labels(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,
+                      conveyor::cuda::stream_ref s) {
+  copy_async(labels.subspan(0, items),
+             device_span<const std::uint32_t>(l.labels.span()).subspan(0, items), s);
 }
 
 }  // namespace conveyor_models

@@ -3,6 +3,8 @@
 #   packaging.find_package.install_tree find_package(conveyor CONFIG) from that prefix
 #   packaging.find_package.build_tree   find_package(conveyor CONFIG) from this build tree
 #   packaging.add_subdirectory          add_subdirectory(<conveyor source tree>)
+#   packaging.no_cuda_toolkit.*         find_package(conveyor CONFIG) from either tree with the
+#                                       CUDA toolkit hidden: conveyor::conveyor, no conveyor::cuda
 # Each consumer under tests/cmake/ is configured, built and run by ctest --build-and-test
 # with this build's generator, make program, C++ compiler and build type (and CUDA
 # compiler/toolkit when CUDA is on). The consumers are plain builds even in
@@ -31,14 +33,28 @@ if(CONVEYOR_HAS_CUDA)
   endif()
 endif()
 
-# conveyor_consumer_test(<name> <consumer dir> <extra -D options...>)
+# With no toolkit: no CUDA options, and find_package(CUDAToolkit) disabled and misdirected.
+set(_pkg_host_options -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER})
+if(CMAKE_BUILD_TYPE)
+  list(APPEND _pkg_host_options -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE})
+endif()
+list(APPEND _pkg_host_options -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON
+     -DCUDAToolkit_ROOT=${_pkg_dir}/no-cuda-toolkit-here)
+
+# conveyor_consumer_test(<name> <consumer dir> [HOST_ONLY] <extra -D options...>)
 function(conveyor_consumer_test name consumer)
   set(src ${CMAKE_CURRENT_SOURCE_DIR}/cmake/${consumer})
   set(bin ${_pkg_dir}/${name})
+  set(options ${_pkg_options})
+  set(extra ${ARGN})
+  if("HOST_ONLY" IN_LIST extra)
+    list(REMOVE_ITEM extra HOST_ONLY)
+    set(options ${_pkg_host_options})
+  endif()
   add_test(NAME packaging.${name}
            COMMAND ${CMAKE_CTEST_COMMAND} --build-and-test ${src} ${bin} ${_pkg_build}
                    --build-project conveyor_${consumer}_consumer
-                   --build-options ${_pkg_options} ${ARGN}
+                   --build-options ${options} ${extra}
                    --test-command ${bin}/consumer)
   set_tests_properties(packaging.${name} PROPERTIES TIMEOUT ${_pkg_timeout}
                        LABELS "host;packaging")
@@ -54,10 +70,16 @@ if(CONVEYOR_INSTALL)
     -DCMAKE_PREFIX_PATH=${_pkg_prefix} -DCONVEYOR_EXPECTED_DIR=${_pkg_prefix})
   set_tests_properties(packaging.find_package.install_tree PROPERTIES
                        FIXTURES_REQUIRED conveyor_installed)
+  conveyor_consumer_test(no_cuda_toolkit.install_tree no_cuda_toolkit HOST_ONLY
+    -DCMAKE_PREFIX_PATH=${_pkg_prefix})
+  set_tests_properties(packaging.no_cuda_toolkit.install_tree PROPERTIES
+                       FIXTURES_REQUIRED conveyor_installed)
 endif()
 
 conveyor_consumer_test(find_package.build_tree find_package
   -Dconveyor_DIR=${PROJECT_BINARY_DIR} -DCONVEYOR_EXPECTED_DIR=${PROJECT_BINARY_DIR})
+conveyor_consumer_test(no_cuda_toolkit.build_tree no_cuda_toolkit HOST_ONLY
+  -Dconveyor_DIR=${PROJECT_BINARY_DIR})
 
 conveyor_consumer_test(add_subdirectory add_subdirectory
   -DCONVEYOR_SOURCE_DIR=${PROJECT_SOURCE_DIR} -DCONVEYOR_WITH_CUDA=${CONVEYOR_WITH_CUDA})

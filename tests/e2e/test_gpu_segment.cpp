@@ -198,6 +198,32 @@ TEST_CASE("gpu segment: a batch larger than a slot fails with what to change") {
   REQUIRE(c.produced == c.completed + c.failed + c.cancelled);
 }
 
+TEST_CASE("gpu segment: a stage-in writing past its slot throws before the write lands") {
+  // One lane, two adjacent slots of 16 elements; every batch of 4 items writes 8 each.
+  auto g = gpu<R, int, int>(
+      {.lanes = 1, .slots_per_lane = 2, .in_elems = 16, .out_elems = 16},
+      [](std::vector<int>& b, R::pinned_span<int> dst) {
+        std::size_t n = 0;
+        for (int v : b)
+          for (int k = 0; k < 8; ++k) dst[n++] = v;
+        return n;
+      },
+      [](lane_batch<R, int, int>&) { return std::size_t{0}; },
+      [](std::vector<int>&& b, R::pinned_span<const int>) { return b; });
+  pipeline p{from_range(std::views::iota(0, 100)) | batch(4) | std::move(g) | unbatch() |
+             sink([](int) {})};
+  try {
+    p.run();
+    FAIL("a stage-in wrote 32 elements into a slot of 16");
+  } catch (const stage_error& e) {
+    CHECK(e.stage() == "gpu");
+    CHECK_THROWS_WITH(e.rethrow_nested(),
+                      Catch::Contains("index 16 is outside a span of 16 elements"));
+  }
+  const auto c = p.counts();
+  REQUIRE(c.produced == c.completed + c.failed + c.cancelled);
+}
+
 TEST_CASE("gpu segment: a failing kernel surfaces from run() as the stage's error") {
   auto g = gpu<R, int, int>(
       {.lanes = 2, .in_elems = 8, .out_elems = 8},

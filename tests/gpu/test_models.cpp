@@ -189,7 +189,7 @@ TEST_CASE("models gpu: the cuBLAS MLP matches the reference at each precision") 
   CHECK_THROWS_AS(model.forward(d_x.span(), d_y.span(), items, s, 2), conveyor::config_error);
 }
 
-TEST_CASE("models gpu: graphs are cached per batch shape and buffers") {
+TEST_CASE("models gpu: graphs are cached per batch bucket") {
   const cm::mlp_shape shape{.input = 64, .hidden = 64, .layers = 3, .classes = 8};
   cm::mlp model{{.shape = shape, .lanes = 1, .max_items = 32, .cuda_graphs = true}};
   cm::mlp plain{{.shape = shape, .lanes = 1, .max_items = 32}};
@@ -207,6 +207,56 @@ TEST_CASE("models gpu: graphs are cached per batch shape and buffers") {
   CHECK_THROWS_AS(cm::mlp({.lanes = 0}), conveyor::config_error);
   CHECK_THROWS_AS(cm::mlp({.max_items = 0}), conveyor::config_error);
   CHECK_THROWS_AS(cm::mlp({.cuda_graphs = true, .workspace_bytes = 0}), conveyor::config_error);
+}
+
+TEST_CASE("models gpu: graphs replay per bucket, within the cache's capacity") {
+  const cm::mlp_shape shape{.input = 64, .hidden = 64, .layers = 3, .classes = 8};
+  cm::mlp model{{.shape = shape,
+                 .lanes = 1,
+                 .max_items = 64,
+                 .cuda_graphs = true,
+                 .graph_cache_capacity = 2}};
+  cm::mlp plain{{.shape = shape, .lanes = 1, .max_items = 64}};
+  cu::stream s;
+  model.bind(0, s);
+  const auto px = pixels(64, shape.input);
+  auto d_px = upload(px, s);
+  std::vector<float> x(64 * shape.input);
+  for (float& v : x) v = next_float() * 0.5f;
+  auto d_x = upload(x, s);
+  cu::device_buffer<std::uint32_t> a{64}, b{64};
+  cu::device_buffer<float> ya{64 * shape.classes}, yb{64 * shape.classes};
+  // 5..8 share the bucket of 8: one capture, then replays; padding rows never leak out.
+  for (std::size_t items : {5u, 6u, 7u, 8u}) {
+    CAPTURE(items);
+    model.classify(d_px.span(), a.span(), items, s, 0);
+    plain.classify(d_px.span(), b.span(), items, s, 0);
+    CHECK(download(a, items, s) == download(b, items, s));
+  }
+  cm::graph_cache_stats st = model.graph_stats();
+  CHECK(st.misses == 1);
+  CHECK(st.captures == 1);
+  CHECK(st.hits == 3);
+  // Three more buckets through a cache of 2: the least recently used go.
+  for (std::size_t items : {1u, 20u, 64u, 3u}) {
+    CAPTURE(items);
+    model.forward(d_x.span(), ya.span(), items, s, 0);
+    plain.forward(d_x.span(), yb.span(), items, s, 0);
+    const auto got = download(ya, items * shape.classes, s);
+    const auto want = download(yb, items * shape.classes, s);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(std::abs(got[i] - want[i]) <= 1e-4f * (1.0f + std::abs(want[i])));
+    }
+  }
+  st = model.graph_stats();
+  CHECK(st.captures == 5);
+  CHECK(st.evictions == 3);
+  CHECK(st.cached == 2);
+  CHECK(model.graphs_cached(0) == 2);
+  CHECK(plain.graph_stats().misses == 0);
+  CHECK_THROWS_AS(cm::mlp({.cuda_graphs = true, .graph_cache_capacity = 0}),
+                  conveyor::config_error);
 }
 
 // The model as a gpu segment's compute step: 2 lanes, graphs on, dynamic batches.

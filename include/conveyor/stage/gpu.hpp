@@ -48,6 +48,7 @@
 #include "conveyor/counters/nvtx.hpp"
 #include "conveyor/ring/spsc_ring.hpp"
 #include "conveyor/runtime/concepts.hpp"
+#include "conveyor/runtime/event_clock.hpp"
 #include "conveyor/runtime/event_timing.hpp"
 #include "conveyor/runtime/slot_pool.hpp"
 #include "conveyor/stage/detail/control.hpp"
@@ -231,7 +232,6 @@ class gpu_node {
         : device(dev),
           pool(o.slots_per_lane, o.in_elems, o.out_elems, o.waiting),
           done(next_power_of_two(o.slots_per_lane)),
-          reference{event_timing::enabled, o.waiting},
           stream(std::move(s)) {
       timing.reserve(o.slots_per_lane);
       for (std::size_t i = 0; i < o.slots_per_lane; ++i) timing.emplace_back(o.waiting);
@@ -249,8 +249,7 @@ class gpu_node {
       typename R::event e[4];
     };
     std::vector<events> timing;
-    typename R::event reference;                   // elapsed times count from here
-    std::int64_t reference_ns = 0;                 // ... which was now_ns() then
+    event_clock<typename R::event> clock;  // event times -> now_ns(), re-anchored each second
     metrics::trace_track* device_track = nullptr;  // nullptr: no trace
     metrics::trace_track* enqueue_track = nullptr;
     metrics::trace_track* complete_track = nullptr;
@@ -277,17 +276,11 @@ class gpu_node {
                            " runtime); list devices in [0, device_count())");
   }
 
-  // Pins a lane's reference event to the host clock. Elapsed times are floats in ms, so
-  // a timestamp far from the reference loses precision: ~6 us after 100 s of run.
-  void anchor(lane& l) {
-    l.reference.record(l.stream);
-    l.reference.synchronize();
-    l.reference_ns = now_ns();
-  }
+  // Pins a lane's event clock to the host clock; the completion thread then moves the
+  // anchor to a batch's last event about once a second (event_clock::advance).
+  static void anchor(lane& l) { l.clock.anchor(l.stream.ref()); }
 
-  std::int64_t to_ns(const lane& l, const typename R::event& e) const {
-    return l.reference_ns + static_cast<std::int64_t>(elapsed_ms(l.reference, e) * 1e6);
-  }
+  static std::int64_t to_ns(const lane& l, const typename R::event& e) { return l.clock.to_ns(e); }
 
   // Charges the CPU time its lane thread used since the last charge to the lane's
   // counters: one clock read of the thread's CPU time per batch, with metrics on.
@@ -468,6 +461,7 @@ class gpu_node {
           t.h2d = {to_ns(l, ev[0]), to_ns(l, ev[1])};
           t.compute = {t.h2d.end_ns, to_ns(l, ev[2])};
           t.d2h = {t.compute.end_ns, to_ns(l, ev[3])};
+          l.clock.advance(ev[3], t.d2h.end_ns);  // ev[3] is rerecorded only after release
           t.h2d_bytes = f->in_count * sizeof(InElem);
           t.d2h_bytes = f->out_count * sizeof(OutElem);
           t.stage_in_ns = f->stage_in_ns;

@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <new>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "conveyor/base/error.hpp"
@@ -134,6 +136,44 @@ TEST_CASE(
   REQUIRE(again == s);
   REQUIRE(again->pinned_out[0] == 99);  // the lane's write is complete and visible
   pool.release(again);
+}
+
+TEST_CASE("slot_pool: a write past a slot's pinned input throws and the next slot is intact") {
+  // 32 x 8-byte elements = 256 bytes: no padding, slot 1 starts where slot 0 ends.
+  pool_t pool{2, 32, 1};
+  pool_t::slot* a = pool.acquire();
+  pool_t::slot* b = pool.acquire();
+  if (b->pinned_in.data() < a->pinned_in.data()) std::swap(a, b);
+  REQUIRE(b->pinned_in.data() == a->pinned_in.data() + 32);  // neighbours in one region
+  for (std::size_t i = 0; i < 32; ++i) b->pinned_in[i] = 7;
+
+  // A stage-in that writes 64 elements into a span of 32, element by element ...
+  auto dst = a->pinned_in;
+  std::size_t written = 0;
+  REQUIRE_THROWS_WITH(
+      [&] {
+        for (std::size_t i = 0; i < 64; ++i, ++written) dst[i] = 1;
+      }(),
+      Catch::Contains("index 32 is outside a span of 32 elements") &&
+          Catch::Contains("raise in_elems"));
+  REQUIRE(written == 32);  // stopped at the first index outside, before it landed
+  // ... or row by row: the whole row is refused, nothing of it is written.
+  const std::vector<std::uint64_t> row(16, 9);
+  REQUIRE_NOTHROW(dst.write_at(16, row));
+  REQUIRE_THROWS_WITH(dst.write_at(24, row), Catch::Contains("16 element(s) at index 24"));
+  REQUIRE_THROWS_AS(dst.write_at(33, std::span<const std::uint64_t>{}), conveyor::config_error);
+  REQUIRE(dst[23] == 9);
+  REQUIRE(dst[24] == 9);  // still the first write_at's: the refused one wrote nothing
+  // Reads are checked the same way.
+  const pool_t::pinned_span<const std::uint64_t> ro = dst;
+  REQUIRE_THROWS_AS(ro[32], conveyor::config_error);
+
+  for (std::size_t i = 0; i < 32; ++i) {
+    CAPTURE(i);
+    REQUIRE(b->pinned_in[i] == 7);
+  }
+  pool.release(a);
+  pool.release(b);
 }
 
 TEST_CASE("slot_pool: close() cancels a blocked acquire and later ones") {

@@ -14,10 +14,14 @@
 // own workspace (cublasSetWorkspace), and its own scratch; the handle is made on the
 // lane's first call, or by bind() before the pipeline starts: do that (as the examples do,
 // in the gpu segment's .streams() factory), since the workspace allocation synchronizes
-// the device, and under another lane's graph capture it is best kept out of the run. With cuda_graphs, the work of each (call, items, input, output) runs eagerly
-// the first time and is captured into a CUDA graph then, which later calls replay (one
-// cudaGraphLaunch instead of ~3 launches per layer): the gpu segment's slots are fixed,
-// so the cache holds at most slots x distinct batch sizes graphs per lane. Capture is
+// the device, and under another lane's graph capture it is best kept out of the run.
+// With cuda_graphs, a call pads its batch to a bucket (the next power of two, at most
+// max_items) and runs the model on the lane's own buffers: the input is copied (or
+// normalized) into them, the bucket's graph runs (one cudaGraphLaunch instead of ~3
+// launches per layer), and the batch's rows are copied out; the padding rows' results
+// are dropped. A bucket's first call runs eagerly and captures the graph then; each lane
+// keeps at most graph_cache_capacity graphs (least recently used evicted), and
+// graph_stats() counts hits, misses, captures and evictions. Capture is
 // legal because every cuBLAS handle has its own workspace (cublasSetWorkspace).
 // forward()/classify() only enqueue on the stream; nothing synchronizes.
 // Thread-safety: calls for different lanes may come from different threads at once; one
@@ -33,6 +37,7 @@
 #include "conveyor/runtime/cuda/memory.hpp"
 #include "conveyor/runtime/cuda/runtime.hpp"
 #include "conveyor/runtime/cuda/stream.hpp"
+#include "conveyor_models/graph_cache.hpp"
 #include "conveyor_models/reference.hpp"
 
 namespace conveyor_models {
@@ -74,8 +79,11 @@ class mlp {
   void classify(device_span<const float> normalized, device_span<std::uint32_t> labels,
                 std::size_t items, conveyor::cuda::stream_ref s, std::size_t lane);
 
-  // Graphs captured so far by a lane (0 without cuda_graphs).
+  // Graphs a lane holds now (0 without cuda_graphs).
   std::size_t graphs_cached(std::size_t lane) const;
+  // Graph hits, misses, captures, evictions and graphs held, summed over the lanes (all
+  // zero without cuda_graphs). Any thread; exact once the lanes' threads are joined.
+  graph_cache_stats graph_stats() const noexcept;
 
  private:
   struct lane_state;
@@ -91,9 +99,9 @@ class mlp {
                         cudaStream_t s, lane_state& l);
   void enqueue_classify_normalized(const float* x, std::uint32_t* labels, std::size_t items,
                                    cudaStream_t s, lane_state& l);
-  template <class Enqueue>
-  void run(lane_state& l, int call, std::size_t items, const void* in, const void* out,
-           cudaStream_t s, Enqueue&& enqueue);
+  void run_graph(lane_state& l, int call, std::size_t items, cudaStream_t s);
+  void copy_labels(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,
+                   conveyor::cuda::stream_ref s);
 
   mlp_options options_;
   std::vector<layer> layers_;

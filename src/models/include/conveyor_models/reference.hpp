@@ -89,6 +89,7 @@ struct mlp_options {
   std::size_t lanes = 1;        // per-lane state (scratch, cuBLAS handle): one per gpu lane
   std::size_t max_items = 256;  // the largest batch forward()/classify() accept
   bool cuda_graphs = false;     // mlp (CUDA) only: capture each batch shape once, replay it
+  std::size_t graph_cache_capacity = 16;  // mlp with cuda_graphs: graphs kept per lane (LRU)
   std::size_t workspace_bytes = std::size_t{4} << 20;  // mlp (CUDA) only: cuBLAS workspace per lane
   // Trained weights (load_mlp in mlp_file.hpp), whose shape must be `shape`; null: the
   // seeded random ones, make_weights(shape, seed).
