@@ -448,12 +448,12 @@ TEST_CASE("diagnosis: the bottleneck moves mid-run -> both phases named, with wh
   // for the rest: each is the bottleneck for a part of the run (about 0.6 s, then
   // 1.2 s), and over the whole run neither is at capacity. Not scaled: the timeline's
   // periods are 100 ms, and each phase needs several.
-  const std::uint64_t n = 1800;
-  pipeline p{numbers(n) | map([n](item x) {
+  constexpr std::uint64_t n = 1800;
+  pipeline p{numbers(n) | map([](item x) {
                             if (x < n / 3) cost(1000us);
                             return x;
                           }).name("decode") |
-                 batch(8) | segment({.kernel = 100us}) | unbatch() | map([n](item x) {
+                 batch(8) | segment({.kernel = 100us}) | unbatch() | map([](item x) {
                                                                        if (x >= n / 3) cost(1000us);
                                                                        return x;
                                                                      }).name("postprocess") |

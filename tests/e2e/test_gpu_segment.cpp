@@ -97,8 +97,8 @@ TEST_CASE("gpu segment (host runtime, jitter): 100k items equal the CPU referenc
 }
 
 // Lanes wait for their events asleep (event_wait::block, the default) or polling (spin):
-// the same results either way, and the lane table shows what the lane threads' CPU paid.
-// The "kernels" sleep: asleep, the lane threads use a small part of that time in CPU.
+// the same results either way, and the lane table shows what the lane threads' CPU paid
+// (how much less asleep: bench_inference's conveyor/wait:block|spin rows).
 TEST_CASE("gpu segment: lanes that wait asleep or spinning agree; the report has their CPU time") {
   const event_wait w = GENERATE(event_wait::block, event_wait::spin);
   CAPTURE(w == event_wait::block ? "block" : "spin");
@@ -128,14 +128,7 @@ TEST_CASE("gpu segment: lanes that wait asleep or spinning agree; the report has
   CHECK(r.completed == n);
   CHECK(wrong == 0);
   REQUIRE(r.lanes.size() == 2);
-  double cpu = 0, stream = 0;
-  for (const auto& l : r.lanes) {
-    CHECK(l.cpu_s > 0);
-    cpu += l.cpu_s;
-    stream += l.compute_s;
-  }
-  CAPTURE(cpu, stream);
-  if (w == event_wait::block) CHECK(cpu < 0.5 * stream);
+  for (const auto& l : r.lanes) CHECK(l.cpu_s > 0);
 }
 
 // Lanes spread over devices: every lane's stream, slots and events are made on its

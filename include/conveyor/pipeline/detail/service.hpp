@@ -207,10 +207,7 @@ class service_tickets {
   // expired): its future or callback gets e now, on this thread, and the ticket goes
   // back to the free list.
   void settle_alone(std::uint32_t ticket, std::exception_ptr e) noexcept {
-    slot& s = slots_[ticket];
-    // acq_rel: as in settle(): exactly one settler takes in_use from true to false.
-    if (!s.in_use.exchange(false, std::memory_order_acq_rel)) return;  // a stop's pass did
-    s.fail(std::move(e));
+    if (!settle(slots_[ticket], [&e] { return std::move(e); })) return;  // a stop's pass did
     (void)free_.try_push(std::uint32_t{ticket});  // never full; closed: the service stopped
   }
 
@@ -256,10 +253,13 @@ class service_tickets {
 
   // Settles s with make_error() if this thread is the one that takes in_use from true to
   // false (acq_rel: exactly one of the racing settlers does, and acquire makes the
-  // promise or callback that arm() wrote before its seq_cst store visible to it).
+  // promise or callback that arm() wrote before its seq_cst store visible to it). Returns
+  // whether it was.
   template <class MakeError>
-  static void settle(slot& s, MakeError&& make_error) {
-    if (s.in_use.exchange(false, std::memory_order_acq_rel)) s.fail(make_error());
+  static bool settle(slot& s, MakeError&& make_error) {
+    if (!s.in_use.exchange(false, std::memory_order_acq_rel)) return false;
+    s.fail(make_error());
+    return true;
   }
 
   mpmc_ring<std::uint32_t> free_;
