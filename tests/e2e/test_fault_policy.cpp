@@ -161,6 +161,19 @@ auto faulty_map(where at, doomed& d) {
   return m;
 }
 
+// Batches x -> x * 3, throwing on a batch that holds a poisoned item.
+auto faulty_batch_map(doomed& d) {
+  return map([&d](std::vector<std::uint64_t> b) {
+           if (any_poisoned(b)) {
+             d.fail(b);
+             throw poison(b.front());
+           }
+           for (auto& x : b) x *= 3;
+           return b;
+         })
+      .name("faulty");
+}
+
 }  // namespace
 
 TEST_CASE("isolate: a source pipeline skips the items a stage throws on and run() returns") {
@@ -179,15 +192,7 @@ TEST_CASE("isolate: a source pipeline skips the items a stage throws on and run(
   auto src = [n] { return from_range(std::views::iota(std::uint64_t{0}, n)); };
   report r;
   if (at == where::batch_map) {
-    pipeline p{src() | batch(16).max_delay(200us) | map([&d](std::vector<std::uint64_t> b) {
-                                                      if (any_poisoned(b)) {
-                                                        d.fail(b);
-                                                        throw poison(b.front());
-                                                      }
-                                                      for (auto& x : b) x *= 3;
-                                                      return b;
-                                                    }).name("faulty") |
-                   unbatch() | sink(collect),
+    pipeline p{src() | batch(16).max_delay(200us) | faulty_batch_map(d) | unbatch() | sink(collect),
                iso};
     r = p.run();
   } else if (at == where::sink) {
@@ -323,17 +328,9 @@ TEST_CASE("isolate: a service fails exactly the poisoned requests and keeps serv
   const pipeline_options opts{.ring_capacity = 64};  // automatic: isolate in a service
   const auto plus_nothing = map([](std::uint64_t x) { return x; }).name("pass");
   if (at == where::batch_map) {
-    run_service(pipeline{input<std::uint64_t>() | batch(16).max_delay(200us) |
-                             map([&d](std::vector<std::uint64_t> b) {
-                               if (any_poisoned(b)) {
-                                 d.fail(b);
-                                 throw poison(b.front());
-                               }
-                               for (auto& x : b) x *= 3;
-                               return b;
-                             }).name("faulty") |
-                             unbatch(),
-                         opts});
+    run_service(pipeline{
+        input<std::uint64_t>() | batch(16).max_delay(200us) | faulty_batch_map(d) | unbatch(),
+        opts});
   } else if (at >= where::stage_in) {
     run_service(pipeline{
         input<std::uint64_t>() | batch(16).max_delay(200us) | make_segment(at, d) | unbatch(),
