@@ -8,7 +8,7 @@
 //   static_assert(conveyor::runtime<conveyor::host::runtime>);
 //
 // A runtime R provides: stream (move-only, default-constructible, converts to stream_ref),
-// stream_ref (copyable, not constructible from int or nullptr; wait/synchronize), event
+// stream_ref (copyable, not constructible from int or nullptr; wait/synchronize/query), event
 // (move-only, explicit from event_timing [, event_wait]; record/query/synchronize,
 // elapsed_ms by ADL),
 // pinned_buffer/pinned_span and device_buffer/device_span (distinct, trivially copyable
@@ -47,6 +47,7 @@ concept runtime_stream_ref =
     requires(const Ref r, const E& e) {
       r.synchronize();
       r.wait(e);
+      { r.query() } -> std::same_as<bool>;
       r.native();
     };
 

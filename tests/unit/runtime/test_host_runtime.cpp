@@ -129,6 +129,24 @@ TEST_CASE("host stream: enqueue returns before the work runs, which runs on the 
   REQUIRE(finished.load());
 }
 
+TEST_CASE("host stream: query() is false while enqueued work has not run, true after") {
+  gate g;
+  host::stream s;
+  gate::opener open_on_exit{g};
+  REQUIRE(s.ref().query());  // nothing enqueued yet
+  s.ref().enqueue([&] { g.wait(); });
+  s.ref().enqueue([] {});
+  const bool idle_while_held = s.ref().query();  // deterministic: the gate holds the stream
+  g.open();
+  s.synchronize();
+  REQUIRE_FALSE(idle_while_held);
+  REQUIRE(s.ref().query());
+  // Work that threw counts as run: query() is no error check.
+  s.ref().enqueue([] { throw std::runtime_error("kernel failed"); });
+  REQUIRE_THROWS(s.synchronize());
+  REQUIRE(s.ref().query());
+}
+
 TEST_CASE("host stream: work runs in enqueue order") {
   const bool with_jitter = GENERATE(false, true);
   CAPTURE(with_jitter);

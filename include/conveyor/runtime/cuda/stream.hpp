@@ -38,6 +38,14 @@ class stream_ref {
   // @note blocks until the stream's work has finished.
   // @throws cuda_error (an asynchronous error from the stream's work, for example).
   void synchronize() const { CONVEYOR_CUDA_TRY(cudaStreamSynchronize(s_)); }
+  // Whether all work enqueued on the stream so far has completed; never blocks.
+  // @throws cuda_error when the stream's work failed
+  bool query() const {
+    const cudaError_t status = cudaStreamQuery(s_);
+    if (status == cudaErrorNotReady) return false;
+    CONVEYOR_CUDA_TRY(status);
+    return true;
+  }
 
   // The stream's later work waits for e's latest record; never blocks the caller.
   // Defined in cuda/event.hpp. @throws cuda_error

@@ -191,15 +191,29 @@ class host_stream_state {
   // @note blocks while the queue is full.
   void push(host_task task) noexcept {
     // The queue closes only in the destructor, which must not race with push().
+    // relaxed: idle() compares it with ran_ and needs no other memory ordered by it;
+    // a push by the thread calling idle() is sequenced before that call anyway.
+    pushed_.fetch_add(1, std::memory_order_relaxed);
     const bool pushed = queue_.push(std::move(task));
     if (!pushed) std::terminate();
+  }
+
+  // Whether every task pushed so far (as this thread sees the count) has run.
+  bool idle() const noexcept {
+    // acquire: pairs with the worker's release increment; a task counted as run has
+    // finished its writes. pushed_ first: ran_ can only catch up with it, never pass.
+    const std::uint64_t pushed = pushed_.load(std::memory_order_relaxed);
+    return ran_.load(std::memory_order_acquire) >= pushed;
   }
 
   // @note blocks until everything pushed before this call has run.
   // @throws the stream's sticky error (the first exception a task threw).
   void synchronize() {
     const std::uint64_t gen = sync_.next();
-    push(host_task{[gen](host_stream_state& s) { s.sync_.complete(gen); }});
+    push(host_task{[gen](host_stream_state& s) {
+      s.count_as_run();  // before the caller wakes: idle() is true once synchronize returns
+      s.sync_.complete(gen);
+    }});
     sync_.wait(gen);
     if (std::exception_ptr e = error()) std::rethrow_exception(e);
   }
@@ -241,7 +255,16 @@ class host_stream_state {
       if (jitter_on_) delay();
       // NOLINTNEXTLINE(bugprone-unchecked-optional-access): the loop's condition checked it
       (*task)(*this);
+      if (!counted_) count_as_run();
+      counted_ = false;
     }
+  }
+
+  // Worker thread only: the running task is done as far as idle() is concerned.
+  void count_as_run() noexcept {
+    // release: pairs with idle()'s acquire load.
+    ran_.fetch_add(1, std::memory_order_release);
+    counted_ = true;
   }
 
   // Uniform in [0, max_delay]. Short delays yield in a loop (a sleep has ~50 us of slack),
@@ -262,6 +285,9 @@ class host_stream_state {
   std::exception_ptr error_;  // written once by the worker, before failed_
   std::atomic<bool> failed_{false};
   std::atomic<long> blocked_waits_{0};
+  std::atomic<std::uint64_t> pushed_{0};  // tasks pushed (any thread)
+  std::atomic<std::uint64_t> ran_{0};     // tasks the worker has run (the worker only)
+  bool counted_ = false;                  // the worker only: the running task counted itself
   const bool jitter_on_;
   const std::uint64_t max_delay_us_;
   jitter_rng rng_;      // worker thread only

@@ -81,6 +81,9 @@ class stream_ref {
   // @note blocks until all work enqueued before the call has run.
   // @throws the stream's sticky error, if any of its work threw.
   void synchronize() const { state_->synchronize(); }
+  // Whether all work enqueued so far has run; never blocks. Not an error check: a failed
+  // stream's skipped work counts as run (synchronize() reports the error).
+  bool query() const noexcept { return state_->idle(); }
 
   detail::host_stream_state* native() const noexcept { return state_; }
 
