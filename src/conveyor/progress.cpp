@@ -53,6 +53,9 @@ report window(const report& later, const report& earlier) {
       w.lanes[i].h2d_bytes = sub(later.lanes[i].h2d_bytes, earlier.lanes[i].h2d_bytes);
       w.lanes[i].d2h_bytes = sub(later.lanes[i].d2h_bytes, earlier.lanes[i].d2h_bytes);
       w.lanes[i].stage_in_s = subd(later.lanes[i].stage_in_s, earlier.lanes[i].stage_in_s);
+      w.lanes[i].enqueue_s = subd(later.lanes[i].enqueue_s, earlier.lanes[i].enqueue_s);
+      w.lanes[i].drained_batches =
+          sub(later.lanes[i].drained_batches, earlier.lanes[i].drained_batches);
       w.lanes[i].stage_out_s = subd(later.lanes[i].stage_out_s, earlier.lanes[i].stage_out_s);
       w.lanes[i].stage_out_cpu_s =
           subd(later.lanes[i].stage_out_cpu_s, earlier.lanes[i].stage_out_cpu_s);

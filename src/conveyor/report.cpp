@@ -93,6 +93,8 @@ lane_report make_lane_report(std::size_t lane, const lane_counters& c) {
   l.d2h_bytes = c.d2h_bytes;
   l.cpu_s = ns_to_s(c.cpu_ns);
   l.stage_in_s = ns_to_s(c.stage_in_ns);
+  l.enqueue_s = ns_to_s(c.enqueue_ns);
+  l.drained_batches = c.drained_batches;
   l.stage_out_s = ns_to_s(c.stage_out_ns);
   l.stage_out_cpu_s = ns_to_s(c.stage_out_cpu_ns);
   return l;
@@ -188,15 +190,15 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
   if (!r.lanes.empty()) {
     o << "  " << pad("lane", 6, true) << pad("device", 8) << pad("batches", 9) << pad("items", 12)
       << pad("H2D ms", 12) << pad("compute ms", 12) << pad("D2H ms", 12) << pad("H2D GB/s", 10)
-      << pad("D2H GB/s", 10) << pad("stage-in ms", 13) << pad("stage-out ms", 14)
-      << pad("CPU ms", 10) << '\n';
+      << pad("D2H GB/s", 10) << pad("stage-in ms", 13) << pad("enqueue ms", 12)
+      << pad("stage-out ms", 14) << pad("CPU ms", 10) << '\n';
     for (const auto& l : r.lanes) {
       o << "  " << pad(num(l.lane), 6, true) << pad(std::to_string(l.device), 8)
         << pad(num(l.batches), 9) << pad(num(l.items), 12) << pad(ms(l.h2d_s), 12)
         << pad(ms(l.compute_s), 12) << pad(ms(l.d2h_s), 12)
         << pad(fmt("%.2f", l.h2d_bandwidth() * 1e-9), 10)
         << pad(fmt("%.2f", l.d2h_bandwidth() * 1e-9), 10) << pad(ms(l.stage_in_s), 13)
-        << pad(ms(l.stage_out_s), 14) << pad(ms(l.cpu_s), 10) << '\n';
+        << pad(ms(l.enqueue_s), 12) << pad(ms(l.stage_out_s), 14) << pad(ms(l.cpu_s), 10) << '\n';
     }
   }
   if (r.batching) {
@@ -301,7 +303,8 @@ std::string to_json(const report& r) {
     j.field("h2d_s", l.h2d_s).field("compute_s", l.compute_s).field("d2h_s", l.d2h_s);
     j.field("h2d_bytes", l.h2d_bytes).field("d2h_bytes", l.d2h_bytes);
     j.field("stage_in_s", l.stage_in_s).field("stage_out_s", l.stage_out_s);
-    j.field("stage_out_cpu_s", l.stage_out_cpu_s);
+    j.field("stage_out_cpu_s", l.stage_out_cpu_s).field("enqueue_s", l.enqueue_s);
+    j.field("drained_batches", l.drained_batches);
     j.field("cpu_s", l.cpu_s);
     j.end_object();
   }

@@ -678,9 +678,55 @@ verdict whole_run(const report& r, const verdict_thresholds& th) {
 }
 }  // namespace
 
+namespace {
+// 6. The lanes' compute calls last as long as the device's work, where the GPU segment
+// is what the verdict names: the lanes cannot queue ahead of their streams.
+void waits_in_compute(const report& r, const verdict_thresholds& th, verdict& v) {
+  const bool names_segment = std::any_of(r.stages.begin(), r.stages.end(), [&](const auto& s) {
+    return s.kind == stage_kind::gpu && s.name == v.stage;
+  });
+  double enqueue = 0, compute = 0, batches = 0, drained = 0;
+  for (const auto& l : r.lanes) {
+    enqueue += l.enqueue_s;
+    compute += l.compute_s;
+    batches += static_cast<double>(l.batches);
+    drained += static_cast<double>(l.drained_batches);
+  }
+  const double capacity = r.wall_s * static_cast<double>(r.lanes.size());
+  if (!names_segment || compute <= 0.0 || compute < th.sync_min_share * capacity || batches <= 0.0)
+    return;
+  const bool synchronizes = drained >= th.drained_share * batches;
+  if (!synchronizes && enqueue < th.enqueue_share * compute) return;
+  v.summary += "; the lanes' compute calls took " + num(enqueue * 1e3) + " ms against " +
+               num(compute * 1e3) + " ms of device compute, " + pct(drained / batches) +
+               " of them returning to an idle stream";
+  const std::string what_syncs =
+      "a Thrust call that returns a value or runs on the default policy (use "
+      "thrust::cuda::par_nosync(alloc).on(l.stream) with a preallocated allocator), "
+      "cudaMalloc/cudaFree, a stream or device synchronize";
+  // Not healthy while the lanes cannot queue ahead: the rest of the advice comes after.
+  const std::string healthy = "healthy: ";
+  const std::string rest =
+      v.advice.starts_with(healthy) ? "Then " + v.advice.substr(healthy.size()) : v.advice;
+  v.advice = synchronizes
+                 ? "The compute functor waits for the device: its calls return only when "
+                   "the stream is idle, so no lane gets a second batch queued. Remove what "
+                   "synchronizes in it (" +
+                       what_syncs + "). " + rest
+                 : "The lanes cannot queue work ahead of the device: the compute functor's "
+                   "calls last as long as the device's work. Either a call in it waits for "
+                   "the device (" +
+                       what_syncs +
+                       "): remove it; or it launches kernels shorter than their launch: "
+                       "capture them in a CUDA graph. " +
+                       rest;
+}
+}  // namespace
+
 verdict diagnose(const report& r, const verdict_thresholds& th) {
   verdict whole = whole_run(r, th);
-  if (auto v = moved(r, whole, th)) return *v;
+  if (auto v = moved(r, whole, th)) whole = *v;
+  waits_in_compute(r, th, whole);
   return whole;
 }
 

@@ -443,6 +443,49 @@ TEST_CASE("diagnosis: one lane, copies next to kernels -> the lanes hint comes f
   CHECK(r.verdict.advice.find("healthy") == std::string::npos);
 }
 
+TEST_CASE("diagnosis: a compute functor that synchronizes its stream -> said first") {
+  // The kernel waits 2 ms on the lane's stream. The synchronizing compute holds its lane
+  // thread until the stream is done (as a Thrust call that returns a value does on CUDA);
+  // the enqueue-only one returns at once. The same pipeline otherwise.
+  const std::uint64_t n = items(8 * 150);
+  const auto run = [&](bool synchronize) {
+    auto seg = gpu<R, std::uint8_t, std::uint8_t>(
+        {.lanes = 2, .in_elems = 64, .out_elems = 64},
+        [](batch_t&, R::pinned_span<std::uint8_t>) { return std::size_t{64}; },
+        [synchronize](lane_batch<R, std::uint8_t, std::uint8_t>& l) {
+          l.stream.enqueue([] { cost(2000us); });
+          if (synchronize) l.stream.synchronize();
+          return std::size_t{64};
+        },
+        [](batch_t&& b, R::pinned_span<const std::uint8_t>) { return std::move(b); });
+    pipeline p{numbers(n) | batch(8) | std::move(seg) | unbatch() | sink([](item) {}), small_rings};
+    return p.run();
+  };
+  const report waits = run(true);
+  INFO(text(waits));
+  REQUIRE(waits.completed == n);
+  double enqueue = 0, compute = 0;
+  std::uint64_t batches = 0, drained = 0;
+  for (const lane_report& l : waits.lanes) {
+    enqueue += l.enqueue_s;
+    compute += l.compute_s;
+    batches += l.batches;
+    drained += l.drained_batches;
+  }
+  CHECK(enqueue >= 0.8 * compute);  // each call lasted its kernel at least
+  CHECK(drained == batches);        // and returned to an idle stream
+  CHECK_THAT(waits.verdict.advice, Catch::StartsWith("The compute functor waits for the device"));
+  CHECK_THAT(waits.verdict.summary, Catch::Contains("100% of them returning to an idle stream"));
+  CHECK_THAT(text(waits), Catch::Contains("enqueue ms"));
+
+  const report async = run(false);
+  INFO(text(async));
+  REQUIRE(async.completed == n);
+  CHECK(async.verdict.advice.find("waits for the device") == std::string::npos);
+  CHECK(async.verdict.advice.find("cannot queue") == std::string::npos);
+  for (const lane_report& l : async.lanes) CHECK(l.drained_batches < l.batches);
+}
+
 TEST_CASE("diagnosis: the bottleneck moves mid-run -> both phases named, with when") {
   // 'decode' costs 1 ms per item for the first third of the items, 'postprocess' 1 ms
   // for the rest: each is the bottleneck for a part of the run (about 0.6 s, then

@@ -5,7 +5,7 @@
 //   metrics::batch_timing t;                             // from the lane's timing events
 //   t.items = n; t.h2d = {e0, e1}; t.compute = {e1, e2}; t.d2h = {e2, e3};
 //   t.h2d_bytes = in_bytes; t.d2h_bytes = out_bytes;
-//   t.stage_in_ns = ...; t.stage_out_ns = ...;          // host time around the stream work
+//   t.stage_in_ns = ...; t.enqueue_ns = ...; t.stage_out_ns = ...;   // host time
 //   gpu.record_batch(lane, t);                           // lane thread, once per batch
 //   lane_counters c = gpu.lane(lane).snapshot();        // any thread
 //   std::int64_t busy = gpu.compute_busy_ns();           // any thread (not a hot path)
@@ -44,6 +44,8 @@ struct batch_timing {
   std::uint64_t h2d_bytes = 0;
   std::uint64_t d2h_bytes = 0;
   std::int64_t stage_in_ns = 0;       // stage-in, on the lane's thread (host clock)
+  std::int64_t enqueue_ns = 0;        // the compute functor's call (host clock): enqueueing
+  bool drained = false;               // the lane's stream was idle when that call returned
   std::int64_t stage_out_ns = 0;      // stage-out, on the lane's completion thread (host clock)
   std::int64_t stage_out_cpu_ns = 0;  // of it, the completion thread's CPU time
 };
@@ -59,6 +61,8 @@ struct lane_counters {
   std::uint64_t d2h_bytes = 0;
   std::int64_t cpu_ns = 0;  // CPU time of the lane's host threads (enqueue and completion)
   std::int64_t stage_in_ns = 0;
+  std::int64_t enqueue_ns = 0;
+  std::uint64_t drained_batches = 0;  // batches whose compute call returned to an idle stream
   std::int64_t stage_out_ns = 0;
   std::int64_t stage_out_cpu_ns = 0;
 };
@@ -77,6 +81,8 @@ class alignas(cache_line_size) lane_stats {
     h2d_bytes_.fetch_add(t.h2d_bytes, std::memory_order_relaxed);
     d2h_bytes_.fetch_add(t.d2h_bytes, std::memory_order_relaxed);
     stage_in_ns_.fetch_add(positive(t.stage_in_ns), std::memory_order_relaxed);
+    enqueue_ns_.fetch_add(positive(t.enqueue_ns), std::memory_order_relaxed);
+    if (t.drained) drained_.fetch_add(1, std::memory_order_relaxed);
     stage_out_ns_.fetch_add(positive(t.stage_out_ns), std::memory_order_relaxed);
     stage_out_cpu_ns_.fetch_add(positive(t.stage_out_cpu_ns), std::memory_order_relaxed);
   }
@@ -99,6 +105,8 @@ class alignas(cache_line_size) lane_stats {
     c.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);
     c.cpu_ns = static_cast<std::int64_t>(cpu_ns_.load(std::memory_order_relaxed));
     c.stage_in_ns = static_cast<std::int64_t>(stage_in_ns_.load(std::memory_order_relaxed));
+    c.enqueue_ns = static_cast<std::int64_t>(enqueue_ns_.load(std::memory_order_relaxed));
+    c.drained_batches = drained_.load(std::memory_order_relaxed);
     c.stage_out_ns = static_cast<std::int64_t>(stage_out_ns_.load(std::memory_order_relaxed));
     c.stage_out_cpu_ns =
         static_cast<std::int64_t>(stage_out_cpu_ns_.load(std::memory_order_relaxed));
@@ -119,6 +127,8 @@ class alignas(cache_line_size) lane_stats {
   std::atomic<std::uint64_t> d2h_bytes_{0};
   std::atomic<std::uint64_t> cpu_ns_{0};
   std::atomic<std::uint64_t> stage_in_ns_{0};
+  std::atomic<std::uint64_t> enqueue_ns_{0};
+  std::atomic<std::uint64_t> drained_{0};
   std::atomic<std::uint64_t> stage_out_ns_{0};
   std::atomic<std::uint64_t> stage_out_cpu_ns_{0};
 };

@@ -96,6 +96,14 @@ struct lane_report {
   double stage_in_s = 0.0;
   double stage_out_s = 0.0;
   double stage_out_cpu_s = 0.0;  // of stage_out_s, the completion thread's CPU time
+  // The compute functor's calls on the lane's thread, host clock. An enqueue-only
+  // compute takes a small share of compute_s; one that synchronizes (or launches more
+  // small kernels than the device runs) takes as long as the device does.
+  double enqueue_s = 0.0;
+  // Batches whose compute call returned with the lane's stream already idle: the call
+  // waited for the device (a synchronizing call in it), where an enqueue-only one returns
+  // with its kernels still queued.
+  std::uint64_t drained_batches = 0;
 
   // Achieved bandwidth over the time spent in that phase, bytes/s; 0 with no time.
   double h2d_bandwidth() const noexcept {

@@ -87,6 +87,20 @@
 //      within `margin` of it: the later), says when it moved and each phase, and gives
 //      each phase's advice, the longest phase first.
 //
+//   6. Lanes that cannot queue ahead (applied to the result of 1-5, where it names a GPU
+//      segment): the device computes >= sync_min_share of wall x lanes, and either
+//      >= drained_share of the segment's compute calls returned to an idle stream
+//      (lane_report::drained_batches: the call waited for the device at its end), or the
+//      calls took >= enqueue_share of the device's compute time (lane_report::enqueue_s:
+//      a wait somewhere inside them, or launches as long as the kernels they launch). An
+//      enqueue-only compute returns long before its kernels finish. One that synchronizes
+//      (a Thrust call that returns a value or uses the default policy, cudaMalloc/cudaFree,
+//      a stream or device synchronize) holds its lane thread until the device is done, so
+//      the lane never has two batches queued and copies stop overlapping kernels. The
+//      advice says so first: remove the synchronizing call, or capture launch-bound work
+//      in a CUDA graph. Where another stage sets the pace, it says nothing: the lanes'
+//      pace is not the run's.
+//
 // Each numbered case is one function in src/verdict.cpp, tried in this order.
 // Thread-safety: pure functions of their arguments.
 #pragma once
@@ -138,6 +152,13 @@ struct verdict_thresholds {
   double short_run = 0.25;
   // a timeline phase must last this share of the run (and two periods) to count
   double phase_share = 0.2;
+  // lanes waiting in compute (see 6. below): at least drained_share of the compute calls
+  // returned to an idle stream (lane_report::drained_batches), or the calls took at least
+  // enqueue_share of the device's compute time; the device computing at least
+  // sync_min_share of wall x lanes
+  double drained_share = 0.8;
+  double enqueue_share = 0.8;
+  double sync_min_share = 0.05;
 };
 
 // How busy the device was: lanes' stream time and the compute union, whichever is higher.

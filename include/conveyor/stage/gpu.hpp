@@ -31,6 +31,20 @@
 // lane table shows the CPU time the lane threads used. The compute functor is called on the lane
 // thread (it must only enqueue work on l.stream); stage-in and stage-out run concurrently
 // on different lanes, so they must be safe for that.
+//
+// Compute that waits: anything in it that waits for the device holds the lane thread
+// until the stream drains, so the lane never has a second batch queued. With Thrust:
+//   - thrust::cuda::par_nosync(alloc).on(l.stream) keeps an algorithm asynchronous; the
+//     default policy (thrust::device) and par.on(stream) synchronize after it;
+//   - alloc: an allocator over memory made before the run (sort, unique, copy_if,
+//     reduce_by_key, ... take temporary storage; without one it comes from cudaMalloc and
+//     cudaFree, and cudaFree waits for the whole device);
+//   - calls that return a value to the host (reduce, count, find, min_element, equal, ...)
+//     wait whatever the policy: keep their result on the device and read it in stage-out.
+// conveyor_models::thrust_topk (src/models) is a per-row top-k written this way. Each
+// batch records how long the compute call took (lane_report::enqueue_s) and whether the
+// stream was already idle when it returned (drained_batches); the verdict names lanes
+// whose calls last as long as the device's work.
 #pragma once
 
 #include <array>
@@ -225,6 +239,8 @@ class gpu_node {
     std::size_t position = 0;  // input order, for the reorder buffer
     std::size_t in_count = 0, out_count = 0;
     std::int64_t stage_in_ns = 0;  // how long stage-in took (0 with metrics off)
+    std::int64_t enqueue_ns = 0;   // how long the compute call took (0 with metrics off)
+    bool drained = false;          // the stream had no work left when compute returned
   };
 
   struct lane {
@@ -363,7 +379,7 @@ class gpu_node {
         ctl_.cancel(items);
         break;
       }
-      in_flight f{std::move(*b), s, pos, 0, 0, 0};
+      in_flight f{std::move(*b), s, pos, 0, 0, 0, 0};
       try {
         const std::int64_t in_start = probe.mark_ns();  // the mark blocked() just set
         {
@@ -387,7 +403,14 @@ class gpu_node {
             stream, index, items, l.device, s->device_in.subspan(0, f.in_count), s->device_out};
         {
           metrics::nvtx_range range{"compute"};
+          const std::int64_t enqueue_start = probe.on() ? now_ns() : 0;
           f.out_count = stage_.compute()(lb);
+          if (probe.on()) {
+            f.enqueue_ns = now_ns() - enqueue_start;
+            // An enqueue-only compute returns with its kernels still queued or running;
+            // one that waited for the device returns to an idle stream.
+            f.drained = stream.query();
+          }
         }
         check_count("compute returned", f.out_count, s->device_out.size());
         {
@@ -465,6 +488,8 @@ class gpu_node {
           t.h2d_bytes = f->in_count * sizeof(InElem);
           t.d2h_bytes = f->out_count * sizeof(OutElem);
           t.stage_in_ns = f->stage_in_ns;
+          t.enqueue_ns = f->enqueue_ns;
+          t.drained = f->drained;
           t.stage_out_ns = out_end - out_start;
           t.stage_out_cpu_ns = out_cpu_end - out_cpu;
           gpu_.record_batch(index, t);

@@ -706,6 +706,57 @@ TEST_CASE("verdict: stage-in on the lane threads sets the pace -> the segment's 
   CHECK(busy.verdict.advice.find("more lanes (") == std::string::npos);
 }
 
+TEST_CASE("verdict: compute calls as long as the device's work -> the lanes cannot queue ahead") {
+  // Lanes that compute 60% of the wall each, 100 batches a lane; the segment sets the pace.
+  m::report r = segment_waited_on({0.05, 0.60, 0.05}, 0.0, 0.0, 0.90);
+  REQUIRE(r.verdict.stage == "gpu");
+  for (auto& l : r.lanes) {
+    l.batches = 100;
+    l.enqueue_s = 0.9 * l.compute_s;
+    l.drained_batches = 90;  // a call that synchronizes at its end
+  }
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  CHECK_THAT(r.verdict.advice, Catch::StartsWith("The compute functor waits for the device") &&
+                                   Catch::Contains("par_nosync"));
+  CHECK(r.verdict.advice.find("healthy") == std::string::npos);
+  CHECK_THAT(r.verdict.summary, Catch::Contains("the lanes' compute calls took 10800.0 ms against "
+                                                "12000.0 ms of device compute, 90% of them "
+                                                "returning to an idle stream"));
+  // A wait inside the calls, or launch-bound work: as long, but kernels still queued.
+  for (auto& l : r.lanes) l.drained_batches = 5;
+  r.verdict = m::diagnose(r);
+  CHECK_THAT(r.verdict.advice, Catch::StartsWith("The lanes cannot queue work ahead") &&
+                                   Catch::Contains("CUDA graph"));
+  // Enqueue-only calls: no hint.
+  for (auto& l : r.lanes) l.enqueue_s = 0.05 * l.compute_s;
+  r.verdict = m::diagnose(r);
+  CHECK(r.verdict.advice.find("waits for the device") == std::string::npos);
+  // Too little device time to matter (below sync_min_share of wall x lanes): no hint.
+  for (auto& l : r.lanes) {
+    l.drained_batches = 100;
+    l.compute_s = 0.01 * r.wall_s;
+    l.enqueue_s = l.compute_s;
+  }
+  r.verdict = m::diagnose(r);
+  CHECK(r.verdict.advice.find("waits for the device") == std::string::npos);
+}
+
+TEST_CASE("verdict: lanes that cannot queue ahead go unmentioned where a CPU stage sets the pace") {
+  // The image pipeline on a GPU: 'prepare' at capacity, a small launch-bound model whose
+  // calls last as long as its kernels. The lanes' pace is not the run's.
+  m::report r = gpu_pipeline(0.95, 0.85, {0.01, 0.10, 0.01}, 0.10);
+  REQUIRE(r.verdict.stage == "normalize");
+  for (auto& l : r.lanes) {
+    l.batches = 100;
+    l.enqueue_s = l.compute_s;
+  }
+  r.verdict = m::diagnose(r);
+  INFO(describe(r));
+  CHECK(r.verdict.advice.find("cannot queue") == std::string::npos);
+  CHECK(r.verdict.advice.find("waits for the device") == std::string::npos);
+}
+
 TEST_CASE("verdict margin: the device keeps the pace unless a host part is busier by 10 points") {
   // Device 80 % of lane time, stage-out 85 %: within the margin, the device's.
   const m::report close = segment_waited_on({0.05, 0.70, 0.05}, 0.0, 0.85);
