@@ -42,6 +42,9 @@
 //                      counters graph_replays / _misses / _captures / _evictions
 //   conveyor/precision:P, conveyor/model:wide/precision:P  (CUDA) the GEMMs at fp32,
 //                      tf32, fp16, bf16, on the default and on the compute-bound model
+//   conveyor/labels:kernel|thrust  (CUDA) the default configuration, its labels by the
+//                      argmax kernel or by conveyor_models::thrust_topk (Thrust on the lane's
+//                      stream, par_nosync over a per-lane arena)
 //   conveyor/normalize:cpu  prepare normalizes on the CPU and the pipeline ships floats
 //                      (4 bytes a pixel) instead of bytes normalized by a device kernel
 // Configurations bound elsewhere than the CPU, each beside the thread_queue loop on the
@@ -174,9 +177,10 @@ struct run_opts {
   bool wide = false;                         // the compute-bound model (config::wide_shape)
   cm::precision prec = cm::precision::fp32;  // CUDA: the GEMMs' precision
   conveyor::event_wait waiting = conveyor::event_wait::block;  // how the lane threads wait
+  cm::label_method labels = cm::label_method::kernel;          // CUDA: argmax kernel or Thrust
 
   // Which model the run uses (bench_env::model_for).
-  auto model_key() const { return std::tuple{wide, graphs, prec}; }
+  auto model_key() const { return std::tuple{wide, graphs, prec, labels}; }
 };
 
 // A prepared image: pixels as bytes, or (normalized on the CPU) as floats.
@@ -453,12 +457,14 @@ struct bench_env {
   }
 
   static cm::mlp_options options(const cm::mlp_shape& shape, std::size_t max_items, bool graphs,
-                                 cm::precision prec = cm::precision::fp32) {
+                                 cm::precision prec = cm::precision::fp32,
+                                 cm::label_method labels = cm::label_method::kernel) {
     return {.shape = shape,
             .prec = prec,
             .lanes = max_lanes + 1,
             .max_items = max_items,
-            .cuda_graphs = graphs};
+            .cuda_graphs = graphs,
+            .labels = labels};
   }
   using model_key = decltype(run_opts{}.model_key());
   // The model a run uses: the default one (fp32, no graphs, the config's shape), or one
@@ -469,7 +475,7 @@ struct bench_env {
     auto& m = others_[o.model_key()];
     if (!m.model) {
       m.model = std::make_unique<cm::model_t<R>>(
-          options(o.wide ? cfg.wide_shape() : cfg.shape, max_batch, o.graphs, o.prec));
+          options(o.wide ? cfg.wide_shape() : cfg.shape, max_batch, o.graphs, o.prec, o.labels));
       m.expected.resize(cfg.items);
       for (std::uint64_t first = 0; first < cfg.items; first += cfg.batch) {
         const std::size_t b = std::min<std::size_t>(cfg.batch, cfg.items - first);
@@ -1346,6 +1352,12 @@ void register_all(const config& c) {
       conveyor_run(rt + "/conveyor/precision:" + ps, {.prec = p});
       conveyor_run(rt + "/conveyor/model:wide/precision:" + ps, {.wide = true, .prec = p});
     }
+  }
+  if constexpr (cuda) {
+    // Labels by the argmax kernel (the default) or by the Thrust top-1 on the lane's
+    // stream (par_nosync over a per-lane arena): the same labels, checked.
+    conveyor_run(rt + "/conveyor/labels:kernel", {});
+    conveyor_run(rt + "/conveyor/labels:thrust", {.labels = cm::label_method::thrust});
   }
   conveyor_run(rt + "/conveyor/normalize:cpu", {.cpu_normalize = true});
   // Latency against offered load: batch sizes x loads (fractions of the default

@@ -21,6 +21,7 @@
 //
 //   ./build/examples/mlp_inference [--data DIR] [--weights FILE] [--runs N] [--seconds S]
 //                                  [--images N] [--precision fp32|tf32|fp16|bf16] [--graphs]
+//                                  [--thrust]
 //   ./build/examples/mlp_inference [images] [fp32|tf32|fp16|bf16] [graphs]     (the same)
 //   defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist)
 //             --weights data/fashion_mlp.bin --runs 5 --seconds 1
@@ -68,6 +69,7 @@ struct args {
   std::size_t images = 0;  // 0: whole passes over the test set, >= seconds of work
   cm::precision prec = cm::precision::fp32;
   bool graphs = false;
+  bool thrust = false;  // labels by Thrust on the lane's stream (CUDA), not the argmax kernel
 };
 
 struct image {
@@ -140,10 +142,12 @@ class demo {
   int run() {
     const cm::mlp_shape& s = model_.options().shape;
     std::printf(
-        "model: MLP %zu -> %zu x %zu -> %zu, trained (%s), %s%s; batches of %zu, "
+        "model: MLP %zu -> %zu x %zu -> %zu, trained (%s), %s%s%s; batches of %zu, "
         "conveyor: %zu prepare workers, %zu lanes\n\n",
         s.input, s.hidden, s.layers - 1, s.classes, a_.weights.c_str(),
-        cm::to_string(a_.prec).data(), a_.graphs ? ", CUDA graphs" : "", batch_, workers_, lanes_);
+        cm::to_string(a_.prec).data(), a_.graphs ? ", CUDA graphs" : "",
+        a_.thrust && std::string_view(R::name) == "cuda" ? ", labels by Thrust" : "", batch_,
+        workers_, lanes_);
 
     {  // what runs beside us now
       const cpu_sample a = sample_cpu();
@@ -257,6 +261,7 @@ class demo {
     cm::mlp_options o = t.options();
     o.prec = a.prec;
     o.cuda_graphs = a.graphs;
+    o.labels = a.thrust ? cm::label_method::thrust : cm::label_method::kernel;
     o.lanes = lanes + 1;  // the pipeline's lanes, and one for the serial loop
     o.max_items = batch;
     return o;
@@ -376,6 +381,8 @@ std::optional<args> parse(int argc, char** argv) {
     const char* v = nullptr;
     if (k == "--graphs" || k == "graphs") {
       a.graphs = true;
+    } else if (k == "--thrust") {
+      a.thrust = true;
     } else if (k == "--data" && (v = value())) {
       a.data = v;
     } else if (k == "--weights" && (v = value())) {
@@ -409,7 +416,7 @@ int main(int argc, char** argv) {
   if (!a) {
     std::fprintf(stderr,
                  "usage: mlp_inference [--data DIR] [--weights FILE] [--runs N] [--seconds S] "
-                 "[--images N] [--precision fp32|tf32|fp16|bf16] [--graphs]\n");
+                 "[--images N] [--precision fp32|tf32|fp16|bf16] [--graphs] [--thrust]\n");
     return 2;
   }
   try {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <compare>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -16,8 +18,10 @@
 #include "conveyor/base/config.hpp"
 #include "conveyor/runtime/cuda/check.hpp"
 #include "conveyor/runtime/cuda/cublas.hpp"
+#include "conveyor/runtime/cuda/device.hpp"
 #include "conveyor_models/graph_cache.hpp"
 #include "conveyor_models/kernels.hpp"
+#include "conveyor_models/thrust_topk.hpp"
 
 namespace conveyor_models {
 namespace {
@@ -51,14 +55,18 @@ struct destroy_exec {
 }  // namespace
 
 struct mlp::lane_state {
-  explicit lane_state(const mlp_options& o)
-      : acc(o.max_items * o.shape.max_width(), "mlp accumulator"),
+  lane_state(const mlp_options& o, int dev, const std::vector<layer>& w)
+      : device(dev),
+        weights(&w),
+        acc(o.max_items * o.shape.max_width(), "mlp accumulator"),
         act0(o.max_items * o.shape.max_width() * storage_bytes(o.prec), "mlp activations"),
         act1(o.max_items * o.shape.max_width() * storage_bytes(o.prec), "mlp activations"),
         x(o.max_items * o.shape.input, "mlp normalized input"),
         logits(o.max_items * o.shape.classes, "mlp logits"),
         labels(o.cuda_graphs ? o.max_items : 0, "mlp labels"),
-        graphs(o.cuda_graphs ? o.graph_cache_capacity : 1) {}
+        graphs(o.cuda_graphs ? o.graph_cache_capacity : 1) {
+    if (o.labels == label_method::thrust) topk.emplace(o.max_items, o.shape.classes, 1);
+  }
 
   ~lane_state() { drop_graphs(); }  // before the handle and buffers they use go
   lane_state(const lane_state&) = delete;
@@ -66,6 +74,8 @@ struct mlp::lane_state {
 
   void drop_graphs() noexcept { graphs.clear(); }
 
+  int device;                                     // where its buffers, handle and graphs live
+  const std::vector<layer>* weights;              // the model's weights on that device
   conveyor::cuda::device_buffer<float> acc;       // a GEMM's float output
   conveyor::cuda::device_buffer<std::byte> act0;  // activations at the storage precision
   conveyor::cuda::device_buffer<std::byte> act1;
@@ -73,6 +83,7 @@ struct mlp::lane_state {
   conveyor::cuda::device_buffer<float> logits;          // classify: logits before argmax
   conveyor::cuda::device_buffer<std::uint32_t> labels;  // graphs: classify's padded labels
   graph_cache<graph_call, cudaGraphExec_t, destroy_exec> graphs;
+  std::optional<thrust_topk> topk;  // label_method::thrust: logits -> labels
   // Last: destroyed first, while the workspace and scratch it may use still exist.
   std::optional<conveyor::cuda::cublas_handle> blas;
 };
@@ -90,9 +101,22 @@ mlp::mlp(const mlp_options& o) : options_(o) {
                    "mlp: cuda_graphs needs graph_cache_capacity >= 1 (graphs kept per lane; "
                    "2 x log2(max_items) + 2 holds every bucket of both calls)");
 
-  // Upload through pinned staging on a stream of our own: no pageable copy, no legacy
-  // default stream.
-  const mlp_weights w = weights_of(o);  // trained (o.weights) or seeded
+  host_weights_ = weights_of(o);  // trained (o.weights) or seeded
+  const int dev = conveyor::cuda::current_device();
+  const std::vector<layer>& w = weights_on(dev);
+  lanes_.reserve(o.lanes);
+  for (std::size_t l = 0; l < o.lanes; ++l) lanes_.push_back(make_lane(dev, w));
+}
+
+// The weights on device dev, uploaded there at its first use (the current device).
+// Upload through pinned staging on a stream of our own: no pageable copy, no legacy
+// default stream. @note synchronizes.
+const std::vector<mlp::layer>& mlp::weights_on(int dev) {
+  const std::lock_guard<std::mutex> lock(weights_mutex_);
+  for (const auto& [d, layers] : weights_)
+    if (d == dev) return *layers;
+  const mlp_options& o = options_;
+  const mlp_weights& w = host_weights_;
   std::size_t most_w = 0, most_b = 0;
   for (std::size_t l = 0; l < o.shape.layers; ++l) {
     most_w = std::max(most_w, w.w[l].size() * storage_bytes(o.prec));
@@ -101,6 +125,7 @@ mlp::mlp(const mlp_options& o) : options_(o) {
   conveyor::cuda::stream upload;
   conveyor::cuda::pinned_buffer<std::byte> w_staging(most_w, "mlp weight staging");
   conveyor::cuda::pinned_buffer<float> b_staging(most_b, "mlp bias staging");
+  auto layers = std::make_unique<std::vector<layer>>();
   for (std::size_t l = 0; l < o.shape.layers; ++l) {
     layer ly{conveyor::cuda::device_buffer<std::byte>(w.w[l].size() * storage_bytes(o.prec),
                                                       "mlp weights"),
@@ -119,16 +144,23 @@ mlp::mlp(const mlp_options& o) : options_(o) {
     copy_async(ly.w.span(), w_staging.span().subspan(0, ly.w.size()), upload);
     copy_async(ly.b.span(), b_staging.span().subspan(0, ly.b.size()), upload);
     upload.synchronize();  // the staging buffers are reused for the next layer
-    layers_.push_back(std::move(ly));
+    layers->push_back(std::move(ly));
   }
-  lanes_.reserve(o.lanes);
-  for (std::size_t l = 0; l < o.lanes; ++l) {
-    lanes_.push_back(std::make_unique<lane_state>(o));
-    // A graph pads its batch to a bucket and reads x's rows past the batch: they hold
-    // an earlier batch's inputs, or these zeros, never uninitialized memory.
-    if (o.cuda_graphs) memset_async(lanes_.back()->x.span(), 0, upload);
+  weights_.emplace_back(dev, std::move(layers));
+  return *weights_.back().second;
+}
+
+// A lane's scratch on device dev (current). @note allocates, synchronizes.
+std::unique_ptr<mlp::lane_state> mlp::make_lane(int dev, const std::vector<layer>& w) {
+  auto lane = std::make_unique<lane_state>(options_, dev, w);
+  // A graph pads its batch to a bucket and reads x's rows past the batch: they hold an
+  // earlier batch's inputs, or these zeros, never uninitialized memory.
+  if (options_.cuda_graphs) {
+    conveyor::cuda::stream zero;
+    memset_async(lane->x.span(), 0, zero);
+    zero.synchronize();
   }
-  upload.synchronize();
+  return lane;
 }
 
 mlp::~mlp() = default;
@@ -137,6 +169,10 @@ void mlp::bind(std::size_t lane, conveyor::cuda::stream_ref s) {
   CONVEYOR_EXPECTS(lane < lanes_.size(),
                    "mlp: lane " + std::to_string(lane) + " but the model was built for " +
                        std::to_string(lanes_.size()) + " lanes; set mlp_options::lanes");
+  // On another device than its scratch (a gpu segment's lanes over several devices bind
+  // on theirs): the lane's buffers and the weights are made there first.
+  const int dev = conveyor::cuda::current_device();
+  if (lanes_[lane]->device != dev) lanes_[lane] = make_lane(dev, weights_on(dev));
   lane_state& l = *lanes_[lane];
   if (l.blas && l.blas->bound_stream() == s) return;
   l.drop_graphs();
@@ -184,14 +220,14 @@ void mlp::enqueue_forward(const float* in, float* out, std::size_t items, cudaSt
     // Row-major activations X (items x k) are column-major X^T (k x items); row-major
     // W (n x k) is column-major W^T (k x n). acc^T (n x items) = W * X^T: op(A) = A^T.
     CONVEYOR_CUBLAS_TRY(cublasGemmEx(l.blas->native(), CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
-                                     layers_[i].w.data(), ab, k, x, ab, k, &beta, l.acc.data(),
+                                     (*l.weights)[i].w.data(), ab, k, x, ab, k, &beta, l.acc.data(),
                                      CUDA_R_32F, n, ct, CUBLAS_GEMM_DEFAULT));
     const bool last = i + 1 == sh.layers;
     if (last) {
-      kernels::bias_act(l.acc.data(), layers_[i].b.data(), items, sh.out_features(i), false, out,
-                        precision::fp32, s);
+      kernels::bias_act(l.acc.data(), (*l.weights)[i].b.data(), items, sh.out_features(i), false,
+                        out, precision::fp32, s);
     } else {
-      kernels::bias_act(l.acc.data(), layers_[i].b.data(), items, sh.out_features(i), true,
+      kernels::bias_act(l.acc.data(), (*l.weights)[i].b.data(), items, sh.out_features(i), true,
                         act[next], p, s);
       x = act[next];
       next = 1 - next;
@@ -210,6 +246,14 @@ void mlp::enqueue_classify_normalized(const float* x, std::uint32_t* labels, std
                                       cudaStream_t s, lane_state& l) {
   enqueue_forward(x, l.logits.data(), items, s, l);
   kernels::argmax_rows(l.logits.data(), items, options_.shape.classes, labels, s);
+}
+
+// label_method::thrust: the lane's logits (items rows, forward's output) -> labels, with
+// Thrust on s (par_nosync over the lane's own arena: only enqueues).
+void mlp::thrust_labels(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,
+                        conveyor::cuda::stream_ref s) {
+  l.topk->run(device_span<const float>(l.logits.span()).subspan(0, items * options_.shape.classes),
+              items, labels.subspan(0, items), {}, s);
 }
 
 // With cuda_graphs: the work of (call, bucket) on the lane's own buffers, from a cached
@@ -285,14 +329,29 @@ void mlp::classify(device_span<const std::uint8_t> pixels, device_span<std::uint
   check_call(options_, "classify", items, pixels.size(), options_.shape.input, labels.size(), 1);
   lane_state& l = lane_for(lane, s);
   if (items == 0) return;
-  if (!options_.cuda_graphs) {
+  if (!options_.cuda_graphs && !l.topk) {
     enqueue_classify(pixels.data(), labels.data(), items, s.native(), l);
     return;
   }
   kernels::normalize(pixels.data(), l.x.data(), items * options_.shape.input, options_.norm,
                      s.native());
-  run_graph(l, static_cast<int>(graph_call::classify), items, s.native());
-  copy_labels(l, labels, items, s);
+  finish_classify(l, labels, items, s);
+}
+
+// classify() from inputs normalized into l.x: the graph or eager forward pass, and the
+// labels by the options' method.
+void mlp::finish_classify(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,
+                          conveyor::cuda::stream_ref s) {
+  if (!l.topk) {  // cuda_graphs: argmax inside the graph
+    run_graph(l, static_cast<int>(graph_call::classify), items, s.native());
+    copy_labels(l, labels, items, s);
+    return;
+  }
+  if (options_.cuda_graphs)
+    run_graph(l, static_cast<int>(graph_call::forward), items, s.native());
+  else
+    enqueue_forward(l.x.data(), l.logits.data(), items, s.native(), l);
+  thrust_labels(l, labels, items, s);
 }
 
 void mlp::classify(device_span<const float> normalized, device_span<std::uint32_t> labels,
@@ -301,14 +360,13 @@ void mlp::classify(device_span<const float> normalized, device_span<std::uint32_
              1);
   lane_state& l = lane_for(lane, s);
   if (items == 0) return;
-  if (!options_.cuda_graphs) {
+  if (!options_.cuda_graphs && !l.topk) {
     enqueue_classify_normalized(normalized.data(), labels.data(), items, s.native(), l);
     return;
   }
   const std::size_t n = items * options_.shape.input;
   copy_async(l.x.span().subspan(0, n), normalized.subspan(0, n), s);
-  run_graph(l, static_cast<int>(graph_call::classify), items, s.native());
-  copy_labels(l, labels, items, s);
+  finish_classify(l, labels, items, s);
 }
 
 void mlp::copy_labels(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,

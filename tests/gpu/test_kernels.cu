@@ -1,5 +1,7 @@
 // Kernels for the GPU tests; see test_kernels.hpp. Kept to one small .cu file so the
 // CUDA compile stays short.
+#include <thrust/reduce.h>
+#include <thrust/system/cuda/execution_policy.h>
 #include "test_kernels.hpp"
 
 #include "conveyor/runtime/cuda/check.hpp"
@@ -58,6 +60,10 @@ void launch_affine(const float* in, float* out, std::size_t n, float a, float b,
 }
 
 void launch_invalid_config(cudaStream_t s) { empty_kernel<<<1, 4096, 0, s>>>(); }
+
+float thrust_sum(const float* in, std::size_t n, cudaStream_t s) {
+  return thrust::reduce(thrust::cuda::par_nosync.on(s), in, in + n, 0.0f);
+}
 
 long long cycles_for_ms(long long ms) {
   int device = 0, khz = 0;

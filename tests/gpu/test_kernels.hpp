@@ -26,6 +26,10 @@ void launch_affine(const float* in, float* out, std::size_t n, float a, float b,
 // that does not poison the context. Returns nothing; the error waits in cudaGetLastError.
 void launch_invalid_config(cudaStream_t s);
 
+// thrust::reduce of in[0 .. n) on s, even with par_nosync: a call that returns a value
+// to the host waits for the stream (what a compute functor must not do).
+float thrust_sum(const float* in, std::size_t n, cudaStream_t s);
+
 // Cycles of clock64() in `ms` milliseconds on the current device.
 long long cycles_for_ms(long long ms);
 

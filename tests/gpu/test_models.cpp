@@ -259,22 +259,27 @@ TEST_CASE("models gpu: graphs replay per bucket, within the cache's capacity") {
                   conveyor::config_error);
 }
 
-// The model as a gpu segment's compute step: 2 lanes, graphs on, dynamic batches.
+// The model as a gpu segment's compute step: 2 lanes on the device list {0, 0}, dynamic
+// batches, labels by the argmax kernel or by Thrust, with and without graphs.
 TEST_CASE("models gpu: the MLP in a conveyor pipeline matches the reference") {
   using R = cu::runtime;
   const cm::mlp_shape shape{.input = 128, .hidden = 128, .layers = 3, .classes = 10};
   const std::size_t max_batch = 32, items = 3000;
+  const auto labels_by = GENERATE(cm::label_method::kernel, cm::label_method::thrust);
+  const bool graphs = GENERATE(true, false);
+  CAPTURE(labels_by == cm::label_method::thrust, graphs);
   cm::mlp model{{.shape = shape,
                  .prec = cm::precision::fp32,
                  .lanes = 2,
                  .max_items = max_batch,
-                 .cuda_graphs = true}};
+                 .cuda_graphs = graphs,
+                 .labels = labels_by}};
   struct image {
     std::uint64_t id;
     std::vector<std::uint8_t> px;
   };
   auto segment = conveyor::gpu<R, std::uint8_t, std::uint32_t>(
-      {.lanes = 2, .in_elems = max_batch * shape.input, .out_elems = max_batch},
+      {.lanes = 2, .in_elems = max_batch * shape.input, .out_elems = max_batch, .devices = {0, 0}},
       [&](std::vector<image>& b, R::pinned_span<std::uint8_t> dst) {
         for (std::size_t i = 0; i < b.size(); ++i)
           std::copy(b[i].px.begin(), b[i].px.end(),

@@ -10,7 +10,9 @@
 //     return l.items; }
 //
 // The weights (options' trained ones, or make_weights(shape, seed): weights_of()) are
-// uploaded once, at construction. Each lane gets its own cuBLAS handle bound to that lane's stream with its
+// uploaded at construction, to the current device; a lane bound on another device (a gpu
+// segment's lanes over several devices bind on theirs) gets its scratch there, and the
+// weights are uploaded there once, at its first bind. Each lane gets its own cuBLAS handle bound to that lane's stream with its
 // own workspace (cublasSetWorkspace), and its own scratch; the handle is made on the
 // lane's first call, or by bind() before the pipeline starts: do that (as the examples do,
 // in the gpu segment's .streams() factory), since the workspace allocation synchronizes
@@ -23,6 +25,9 @@
 // keeps at most graph_cache_capacity graphs (least recently used evicted), and
 // graph_stats() counts hits, misses, captures and evictions. Capture is
 // legal because every cuBLAS handle has its own workspace (cublasSetWorkspace).
+// labels = label_method::thrust labels rows with the Thrust top-1 (thrust_topk.hpp) on
+// the lane's stream instead of the argmax kernel; with cuda_graphs the forward pass is
+// the graph and Thrust runs after it.
 // forward()/classify() only enqueue on the stream; nothing synchronizes.
 // Thread-safety: calls for different lanes may come from different threads at once; one
 // lane's calls must come from one thread at a time (cuBLAS's rule for a handle). The
@@ -32,6 +37,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "conveyor/runtime/cuda/memory.hpp"
@@ -102,9 +109,18 @@ class mlp {
   void run_graph(lane_state& l, int call, std::size_t items, cudaStream_t s);
   void copy_labels(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,
                    conveyor::cuda::stream_ref s);
+  void finish_classify(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,
+                       conveyor::cuda::stream_ref s);
+  void thrust_labels(lane_state& l, device_span<std::uint32_t> labels, std::size_t items,
+                     conveyor::cuda::stream_ref s);
+
+  const std::vector<layer>& weights_on(int device);
+  std::unique_ptr<lane_state> make_lane(int device, const std::vector<layer>& weights);
 
   mlp_options options_;
-  std::vector<layer> layers_;
+  mlp_weights host_weights_;  // for the devices that lanes bind on later
+  std::mutex weights_mutex_;  // binds of lanes on new devices may come from several threads
+  std::vector<std::pair<int, std::unique_ptr<std::vector<layer>>>> weights_;  // per device
   std::vector<std::unique_ptr<lane_state>> lanes_;
 };
 

@@ -81,6 +81,8 @@ struct normalize_params {
 struct mlp_weights;
 
 // Everything that defines a model instance; shared by reference_mlp, cpu_mlp and mlp.
+enum class label_method { kernel, thrust };
+
 struct mlp_options {
   mlp_shape shape{};
   precision prec = precision::fp32;
@@ -91,6 +93,9 @@ struct mlp_options {
   bool cuda_graphs = false;     // mlp (CUDA) only: capture each batch shape once, replay it
   std::size_t graph_cache_capacity = 16;  // mlp with cuda_graphs: graphs kept per lane (LRU)
   std::size_t workspace_bytes = std::size_t{4} << 20;  // mlp (CUDA) only: cuBLAS workspace per lane
+  // mlp (CUDA) only: how classify() turns logits into labels: the argmax kernel, or the
+  // Thrust top-1 on the lane's stream (thrust_topk.hpp); the same labels either way.
+  label_method labels = label_method::kernel;
   // Trained weights (load_mlp in mlp_file.hpp), whose shape must be `shape`; null: the
   // seeded random ones, make_weights(shape, seed).
   std::shared_ptr<const mlp_weights> weights{};
