@@ -21,7 +21,7 @@
 //
 //   ./build/examples/mlp_inference [--data DIR] [--weights FILE] [--runs N] [--seconds S]
 //                                  [--images N] [--precision fp32|tf32|fp16|bf16] [--graphs]
-//                                  [--thrust]
+//                                  [--thrust] [--autotune]
 //   ./build/examples/mlp_inference [images] [fp32|tf32|fp16|bf16] [graphs]     (the same)
 //   defaults: --data /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist)
 //             --weights data/fashion_mlp.bin --runs 5 --seconds 1
@@ -48,6 +48,7 @@
 #include <unistd.h>  // sysconf(_SC_CLK_TCK): /proc/stat's unit
 
 #include "conveyor/pipeline.hpp"
+#include "conveyor/pipeline/autotune.hpp"
 #include "conveyor/runtime/host/runtime.hpp"
 #include "conveyor_models/fashion_mnist.hpp"
 #include "conveyor_models/mlp_file.hpp"
@@ -69,7 +70,8 @@ struct args {
   std::size_t images = 0;  // 0: whole passes over the test set, >= seconds of work
   cm::precision prec = cm::precision::fp32;
   bool graphs = false;
-  bool thrust = false;  // labels by Thrust on the lane's stream (CUDA), not the argmax kernel
+  bool thrust = false;    // labels by Thrust on the lane's stream (CUDA), not the argmax kernel
+  bool autotune = false;  // find workers, lanes, batch and rings by probes, print them, exit
 };
 
 struct image {
@@ -140,6 +142,7 @@ class demo {
         out_(batch) {}
 
   int run() {
+    if (a_.autotune) return tune();
     const cm::mlp_shape& s = model_.options().shape;
     std::printf(
         "model: MLP %zu -> %zu x %zu -> %zu, trained (%s), %s%s%s; batches of %zu, "
@@ -297,18 +300,53 @@ class demo {
     return seconds_since(t0);
   }
 
+  // --autotune: probes of the pipeline from 1 prepare worker, 1 lane and batches of 16,
+  // each over three passes of the test set (at most the model's lanes and batch), then
+  // the table.
+  int tune() {
+    std::printf(
+        "autotune: probes of %zu images each, from 1 prepare worker, 1 lane, batches "
+        "of 16 (at most %zu lanes, batches of %zu)\n\n",
+        3 * test_.count, lanes_, batch_);
+    conveyor::tune_knobs start;
+    start.workers["prepare"] = 1;
+    start.lanes = 1;
+    start.batch = std::min<std::size_t>(16, batch_);
+    conveyor::tune_budget budget;
+    budget.max_lanes = lanes_;
+    budget.max_batch = batch_;
+    const conveyor::tune_result t = conveyor::autotune(
+        [this](const conveyor::tune_knobs& k) {
+          std::vector<std::uint32_t> labels(3 * test_.count);
+          conveyor::report r;
+          time_conveyor(labels, &r, &k);
+          return r;
+        },
+        conveyor::tune_objective::throughput(), budget, start);
+    std::cout << t;
+    return 0;
+  }
+
   // The same work through conveyor. The pipeline (rings, threads' state, the lanes'
   // streams and slots, on CUDA their cuBLAS handles) is built before the clock starts,
-  // as an application builds it once; run() is timed. Returns seconds.
-  double time_conveyor(std::vector<std::uint32_t>& labels, conveyor::report* report) {
+  // as an application builds it once; run() is timed. Returns seconds. With knobs (an
+  // autotune probe): its workers, lanes (up to the model's), batch (up to the slots')
+  // and ring capacity.
+  double time_conveyor(std::vector<std::uint32_t>& labels, conveyor::report* report,
+                       const conveyor::tune_knobs* knobs = nullptr) {
     const std::size_t items = labels.size(), n = n_;
+    const std::size_t workers = knobs ? knobs->workers_of("prepare", workers_) : workers_;
+    const std::size_t lanes = knobs ? std::min(knobs->lanes, lanes_) : lanes_;
+    const std::size_t batch = knobs ? std::min(knobs->batch, batch_) : batch_;
+    conveyor::pipeline_options options;
+    if (knobs) options.ring_capacity = knobs->ring_capacity;
     bool in_order = true;
     std::uint64_t next_id = 0;
     auto segment = conveyor::gpu<R, float, std::uint32_t>(
-        {.lanes = lanes_,
+        {.lanes = lanes,
          .slots_per_lane = 2,
-         .in_elems = batch_ * n,
-         .out_elems = batch_,
+         .in_elems = batch * n,
+         .out_elems = batch,
          .name = "mlp"},
         [n](std::vector<image>& b, typename R::template pinned_span<float> dst) {
           for (std::size_t i = 0; i < b.size(); ++i)  // straight into the pinned slot
@@ -331,19 +369,20 @@ class demo {
           if (i == items) return std::nullopt;
           return i++;
         }) |
-        conveyor::map([this, n](std::uint64_t id) {
-          image im{id, std::vector<float>(n)};
-          prepare_into(id, im.x.data());
-          return im;
-        })
-            .workers(workers_)
-            .ordered()
-            .name("prepare") |
-        conveyor::batch(batch_).max_delay(std::chrono::milliseconds(2)) | std::move(segment) |
-        conveyor::unbatch() | conveyor::sink([&](label l) {
-                                in_order &= l.id == next_id++;
-                                labels[l.id] = l.cls;
-                              }).name("postprocess")};
+            conveyor::map([this, n](std::uint64_t id) {
+              image im{id, std::vector<float>(n)};
+              prepare_into(id, im.x.data());
+              return im;
+            })
+                .workers(workers)
+                .ordered()
+                .name("prepare") |
+            conveyor::batch(batch).max_delay(std::chrono::milliseconds(2)) | std::move(segment) |
+            conveyor::unbatch() | conveyor::sink([&](label l) {
+                                    in_order &= l.id == next_id++;
+                                    labels[l.id] = l.cls;
+                                  }).name("postprocess"),
+        options};
     const auto t0 = clock_type::now();
     conveyor::report r = p.run();
     const double s = seconds_since(t0);
@@ -383,6 +422,8 @@ std::optional<args> parse(int argc, char** argv) {
       a.graphs = true;
     } else if (k == "--thrust") {
       a.thrust = true;
+    } else if (k == "--autotune") {
+      a.autotune = true;
     } else if (k == "--data" && (v = value())) {
       a.data = v;
     } else if (k == "--weights" && (v = value())) {
@@ -416,7 +457,8 @@ int main(int argc, char** argv) {
   if (!a) {
     std::fprintf(stderr,
                  "usage: mlp_inference [--data DIR] [--weights FILE] [--runs N] [--seconds S] "
-                 "[--images N] [--precision fp32|tf32|fp16|bf16] [--graphs] [--thrust]\n");
+                 "[--images N] [--precision fp32|tf32|fp16|bf16] [--graphs] [--thrust] "
+                 "[--autotune]\n");
     return 2;
   }
   try {
