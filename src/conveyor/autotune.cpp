@@ -167,7 +167,7 @@ std::string nothing_left(const report& r, const std::vector<std::string>& reject
 namespace detail {
 
 tune_result autotune(const std::function<report(const tune_knobs&)>& probe, tune_objective obj,
-                     tune_budget budget, tune_knobs start) {
+                     tune_budget budget, const tune_knobs& start) {
   CONVEYOR_EXPECTS(budget.max_probes >= 1, "autotune: budget.max_probes must be >= 1");
   CONVEYOR_EXPECTS(budget.min_gain >= 0.0 && budget.min_gain < 1.0,
                    "autotune: budget.min_gain must be in [0, 1), e.g. 0.05");

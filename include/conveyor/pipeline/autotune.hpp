@@ -112,7 +112,7 @@ std::ostream& operator<<(std::ostream& o, const tune_result& t);
 
 namespace detail {
 tune_result autotune(const std::function<report(const tune_knobs&)>& probe, tune_objective obj,
-                     tune_budget budget, tune_knobs start);
+                     tune_budget budget, const tune_knobs& start);
 }  // namespace detail
 
 // Runs probe(knobs) for the start knobs, then for each move the verdicts ask for (see
@@ -121,9 +121,9 @@ tune_result autotune(const std::function<report(const tune_knobs&)>& probe, tune
 template <class Probe>
   requires std::is_invocable_r_v<report, Probe&, const tune_knobs&>
 tune_result autotune(Probe&& probe, tune_objective objective = {}, tune_budget budget = {},
-                     tune_knobs start = {}) {
+                     const tune_knobs& start = {}) {
   return detail::autotune([&probe](const tune_knobs& k) -> report { return std::invoke(probe, k); },
-                          objective, budget, std::move(start));
+                          objective, budget, start);
 }
 
 }  // namespace conveyor
