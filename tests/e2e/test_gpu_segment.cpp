@@ -99,7 +99,7 @@ TEST_CASE("gpu segment (host runtime, jitter): 100k items equal the CPU referenc
 // Lanes wait for their events asleep (event_wait::block, the default) or polling (spin):
 // the same results either way, and the lane table shows what the lane threads' CPU paid
 // (how much less asleep: bench_inference's conveyor/wait:block|spin rows).
-TEST_CASE("gpu segment: lanes that wait asleep or spinning agree; the report has their CPU time") {
+TEST_CASE("gpu segment: lanes that wait asleep or spinning agree, the report has their CPU time") {
   const event_wait w = GENERATE(event_wait::block, event_wait::spin);
   CAPTURE(w == event_wait::block ? "block" : "spin");
   constexpr int n = 400;
@@ -149,6 +149,9 @@ TEST_CASE("gpu segment: lanes spread over several devices, each lane bound to it
         if (l.device != devices[l.lane % devices.size()]) unbound.fetch_add(1);
         const std::size_t k = l.items;
         l.stream.enqueue([in = l.in, out = l.out, k] {
+          // Long enough to count: an instant kernel's interval can round to nothing in
+          // the events' float milliseconds, and each device's busy time is checked below.
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
           for (std::size_t i = 0; i < k; ++i) out.unsafe_host()[i] = in.unsafe_host()[i] + 1;
         });
         return k;

@@ -238,7 +238,7 @@ TEST_CASE("pipeline trace: exported while the stages run, and bounded by it") {
   REQUIRE(find_track(tracks, "gpu lane 0") != nullptr);
 }
 
-TEST_CASE("pipeline trace: off by default; needs metrics; bad sizes refused") {
+TEST_CASE("pipeline trace: off by default, needs metrics, bad sizes refused") {
   pipeline p{from_range(std::views::iota(0, 10)) | sink([](int) {})};
   REQUIRE_FALSE(p.tracing());
   p.run();

@@ -26,7 +26,7 @@ using conveyor::test::fail_next_allocation;
 
 using namespace conveyor;
 
-TEST_CASE("service: submit with a small callback allocates nothing per item; submit(x) does") {
+TEST_CASE("service: submit with a small callback allocates nothing per item, submit(x) does") {
 #if !defined(__GLIBCXX__)
   SKIP("relies on libstdc++'s std::function keeping a 16-byte callable inline");
 #endif

@@ -44,7 +44,7 @@ TEST_CASE("graph_bucket: the next power of two, capped at max_items") {
   }
 }
 
-TEST_CASE("graph_cache: hits, misses and captures are counted; the LRU value is evicted") {
+TEST_CASE("graph_cache: hits, misses and captures are counted, the LRU value is evicted") {
   std::vector<int> destroyed;
   {
     cache_t cache{2, destroy_log{&destroyed}};

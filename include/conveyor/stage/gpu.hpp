@@ -299,13 +299,15 @@ class gpu_node {
   static std::int64_t to_ns(const lane& l, const typename R::event& e) { return l.clock.to_ns(e); }
 
   // Charges the CPU time its lane thread used since the last charge to the lane's
-  // counters: one clock read of the thread's CPU time per batch, with metrics on.
+  // counters: one clock read of the thread's CPU time per batch, with metrics on (a
+  // reading taken anyway can be charged instead: charge(now)).
   struct cpu_meter {
     explicit cpu_meter(metrics::lane_stats* l) noexcept
         : lane(l), last(l != nullptr ? thread_cpu_ns() : 0) {}
     void charge() noexcept {
-      if (lane == nullptr) return;
-      const std::int64_t now = thread_cpu_ns();
+      if (lane != nullptr) charge(thread_cpu_ns());
+    }
+    void charge(std::int64_t now) noexcept {
       lane->add_cpu_ns(now - last);
       last = now;
     }
@@ -451,8 +453,9 @@ class gpu_node {
     metrics::trace_track* const device_track = measure ? l.device_track : nullptr;
     metrics::trace_track* const complete_track = measure ? l.complete_track : nullptr;
     cpu_meter cpu{measure ? &gpu_.lane(index) : nullptr};
+    // The thread's CPU clock is read twice per batch, around stage-out: the meter takes
+    // both readings (the waits before stage-out go to the first, stage-out to the second).
     while (auto f = l.done.pop()) {
-      cpu.charge();  // the previous batch's stage-out, and the waits
       const std::uint64_t items = f->batch.items();
       if (ctl_.is_stopping()) {
         release_after_stream(l, f->slot);  // its stream work may still run: reuse after it
@@ -467,6 +470,7 @@ class gpu_node {
         ev[3].synchronize();  // the batch's last stream work; rethrows a stream failure
         const std::int64_t out_start = measure ? now_ns() : 0;
         const std::int64_t out_cpu = measure ? thread_cpu_ns() : 0;
+        if (measure) cpu.charge(out_cpu);
         {
           metrics::nvtx_range range{"stage-out"};
           out.emplace(envelope<out_type>{
@@ -478,6 +482,7 @@ class gpu_node {
         if (measure) {
           const std::int64_t out_end = now_ns();
           const std::int64_t out_cpu_end = thread_cpu_ns();
+          cpu.charge(out_cpu_end);
           if (complete_track != nullptr) complete_track->span("stage-out", out_start, out_end);
           metrics::batch_timing t;
           t.items = items;

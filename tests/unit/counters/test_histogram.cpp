@@ -53,7 +53,7 @@ void check_against_exact(std::vector<std::int64_t> data) {
 
 }  // namespace
 
-TEST_CASE("latency_histogram: buckets tile [0, 2^63) with width <= lower / 64") {
+TEST_CASE("latency_histogram: buckets tile 0 .. 2^63 with width <= lower / 64") {
   static_assert(noexcept(std::declval<latency_histogram&>().record(1)));
   for (std::size_t i = 0; i + 1 < latency_histogram::bucket_count; ++i) {
     CAPTURE(i);
@@ -171,7 +171,7 @@ TEST_CASE("latency_histogram: 4 concurrent writers conserve count, sum, min and 
     REQUIRE(h.percentile(p) == serial.percentile(p));  // same buckets, same answers
 }
 
-TEST_CASE("latency_histogram: merge equals recording both; reset empties") {
+TEST_CASE("latency_histogram: merge equals recording both, reset empties") {
   std::mt19937_64 rng{3};
   std::lognormal_distribution<double> d{std::log(5e5), 1.5};
   latency_histogram a, b, both;

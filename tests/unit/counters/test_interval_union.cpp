@@ -139,7 +139,7 @@ TEST_CASE("concurrent_interval_union: single thread matches interval_union") {
   REQUIRE(c.dropped() == 0);
 }
 
-TEST_CASE("concurrent_interval_union: 4 writers and a reader; exact union, nothing lost") {
+TEST_CASE("concurrent_interval_union: 4 writers and a reader, exact union, nothing lost") {
   // Every writer adds the same in-order sequence (like lanes reporting overlapping
   // work). Whatever the interleaving, the first arrival of each interval is never late
   // (everything before it starts no later), so the union is exact.

@@ -35,7 +35,7 @@ TEST_CASE("stage_stats: every worker slot owns its own cache line") {
   static_assert(noexcept(s.snapshot()));
 }
 
-TEST_CASE("stage_stats: concurrent workers and a snapshot reader; totals exact") {
+TEST_CASE("stage_stats: concurrent workers and a snapshot reader, totals exact") {
   constexpr std::size_t workers = 4;
   m::stage_stats s{workers};
   const std::uint64_t n = t::scaled(1'000'000);

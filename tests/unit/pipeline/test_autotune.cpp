@@ -217,7 +217,7 @@ TEST_CASE("autotune: a P99 bound halves the batch until a probe meets it") {
   CHECK(t.trials[1].move == "batch 1024 -> 512");
 }
 
-TEST_CASE("autotune: the table shows every probe; bad budgets say what to change") {
+TEST_CASE("autotune: the table shows every probe, and bad budgets say what to change") {
   const model md;
   tune_budget b = sim_budget();
   b.max_probes = 2;
