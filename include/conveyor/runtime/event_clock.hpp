@@ -7,6 +7,7 @@
 //   const std::int64_t t0 = clock.to_ns(e0), t3 = clock.to_ns(e3);
 //   clock.advance(e3, t3);   // once the anchor is a period (1 s) old, e3 becomes it
 //
+// Where the runtime has elapsed_ns() (the host runtime), conversions are exact. CUDA's
 // elapsed_ms() is a float: 24 significant bits, so an event an hour after the anchor is
 // known to ~0.25 ms and one a day after to ~8 ms. advance() keeps the anchor recent: it
 // swaps the anchor event with a completed event whose time was just converted from the
@@ -21,6 +22,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -55,7 +57,12 @@ class event_clock {
   // e's time on the host clock; e and the anchor must have completed.
   // @throws the runtime's elapsed_ms() error otherwise.
   std::int64_t to_ns(const Event& e) const {
-    return anchor_ns_ + std::llround(static_cast<double>(elapsed_ms(anchor_, e)) * 1e6);
+    if constexpr (requires {
+                    { elapsed_ns(anchor_, e) } -> std::convertible_to<std::int64_t>;
+                  })
+      return anchor_ns_ + elapsed_ns(anchor_, e);  // exact where the runtime keeps ticks
+    else
+      return anchor_ns_ + std::llround(static_cast<double>(elapsed_ms(anchor_, e)) * 1e6);
   }
 
   // When the anchor is at least a period older than e (e_ns: to_ns(e), just converted),

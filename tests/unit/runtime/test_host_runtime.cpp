@@ -22,6 +22,7 @@
 
 #include "conveyor/base/error.hpp"
 #include "conveyor/runtime/concepts.hpp"
+#include "conveyor/runtime/event_clock.hpp"
 #include "test_support.hpp"
 
 namespace host = conveyor::host;
@@ -145,6 +146,23 @@ TEST_CASE("host stream: query() is false while enqueued work has not run, true a
   s.ref().enqueue([] { throw std::runtime_error("kernel failed"); });
   REQUIRE_THROWS(s.synchronize());
   REQUIRE(s.ref().query());
+}
+
+TEST_CASE("host event: elapsed_ns is exact, and event_clock converts host events exactly") {
+  host::stream s;
+  conveyor::event_clock<host::event> clock;
+  clock.anchor(s.ref());
+  host::event a{event_timing::enabled}, b{event_timing::enabled};
+  a.record(s.ref());
+  s.ref().enqueue([] { std::this_thread::sleep_for(std::chrono::microseconds(300)); });
+  b.record(s.ref());
+  b.synchronize();
+  const std::int64_t ns = elapsed_ns(a, b);
+  CHECK(ns >= 300'000);                          // the sleep between the two records, at least
+  CHECK(clock.to_ns(b) - clock.to_ns(a) == ns);  // no float milliseconds in between
+  CHECK(elapsed_ms(a, b) == Approx(static_cast<double>(ns) * 1e-6).epsilon(1e-6));
+  host::event never{event_timing::enabled};
+  CHECK_THROWS_AS(elapsed_ns(a, never), conveyor::error);
 }
 
 TEST_CASE("host stream: work runs in enqueue order") {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "conveyor/base/config.hpp"
@@ -83,20 +84,30 @@ class event {
   // @throws config_error unless both events have timing enabled; error unless both were
   // recorded and have completed.
   friend float elapsed_ms(const event& start, const event& end) {
-    CONVEYOR_EXPECTS(start.timing_enabled() && end.timing_enabled(),
-                     "elapsed_ms: create both events with event_timing::enabled");
-    using clock = detail::host_event_state::clock;
-    const bool done = start.query() && end.query();
-    const clock::rep t0 = start.state_->when(), t1 = end.state_->when();
-    if (!done || t0 == detail::host_event_state::no_time || t1 == detail::host_event_state::no_time)
-      throw error(
-          "elapsed_ms: both events must have been recorded and completed; "
-          "synchronize() the end event first");
-    return std::chrono::duration<float, std::milli>(clock::duration(t1 - t0)).count();
+    return std::chrono::duration<float, std::milli>(between(start, end, "elapsed_ms")).count();
+  }
+  // The same, exact: host events keep their clock's ticks (CUDA's elapsed time is a float
+  // of milliseconds). event_clock uses it where a runtime offers it. @throws as elapsed_ms.
+  friend std::int64_t elapsed_ns(const event& start, const event& end) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(between(start, end, "elapsed_ns"))
+        .count();
   }
 
  private:
   friend class stream_ref;
+  static detail::host_event_state::clock::duration between(const event& start, const event& end,
+                                                           const char* what) {
+    CONVEYOR_EXPECTS(start.timing_enabled() && end.timing_enabled(),
+                     std::string(what) + ": create both events with event_timing::enabled");
+    using clock = detail::host_event_state::clock;
+    const bool done = start.query() && end.query();
+    const clock::rep t0 = start.state_->when(), t1 = end.state_->when();
+    if (!done || t0 == detail::host_event_state::no_time || t1 == detail::host_event_state::no_time)
+      throw error(std::string(what) +
+                  ": both events must have been recorded and completed; synchronize() the end "
+                  "event first");
+    return clock::duration(t1 - t0);
+  }
   std::shared_ptr<detail::host_event_state> state_;
   bool spin_ = false;
 };
