@@ -45,29 +45,32 @@ std::optional<move> more_workers(const report& r, const tune_knobs& k, std::stri
   return m;
 }
 
-std::optional<move> more_lanes(const tune_knobs& k, const tune_budget& b) {
-  const std::size_t next = std::min(k.lanes * 2, b.max_lanes);
-  if (next <= k.lanes) return std::nullopt;
-  move m{"lanes", "lanes " + arrow(k.lanes, next), k};
-  m.knobs.lanes = next;
+// Moves a knob held in one of tune_knobs' own fields to `to`, unless that changes nothing
+// or goes the wrong way (a doubling capped below the knob's value).
+std::optional<move> move_knob(const tune_knobs& k, std::size_t tune_knobs::*knob, std::size_t to,
+                              bool up, const char* key, const char* name) {
+  const std::size_t from = k.*knob;
+  if (up ? to <= from : to >= from) return std::nullopt;
+  move m{key, std::string(name) + " " + arrow(from, to), k};
+  m.knobs.*knob = to;
   return m;
+}
+
+std::optional<move> more_lanes(const tune_knobs& k, const tune_budget& b) {
+  return move_knob(k, &tune_knobs::lanes, std::min(k.lanes * 2, b.max_lanes), true, "lanes",
+                   "lanes");
 }
 
 std::optional<move> batch_times(const tune_knobs& k, const tune_budget& b, bool up) {
-  const std::size_t next =
+  const std::size_t to =
       up ? std::min(k.batch * 2, b.max_batch) : std::max<std::size_t>(k.batch / 2, 1);
-  if (next == k.batch) return std::nullopt;
-  move m{up ? "batch+" : "batch-", "batch " + arrow(k.batch, next), k};
-  m.knobs.batch = next;
-  return m;
+  return move_knob(k, &tune_knobs::batch, to, up, up ? "batch+" : "batch-", "batch");
 }
 
 std::optional<move> larger_rings(const tune_knobs& k, const tune_budget& b) {
-  const std::size_t next = std::min(k.ring_capacity * 4, b.max_ring_capacity);
-  if (next <= k.ring_capacity) return std::nullopt;
-  move m{"ring", "ring_capacity " + arrow(k.ring_capacity, next), k};
-  m.knobs.ring_capacity = next;
-  return m;
+  return move_knob(k, &tune_knobs::ring_capacity,
+                   std::min(k.ring_capacity * 4, b.max_ring_capacity), true, "ring",
+                   "ring_capacity");
 }
 
 bool within(const tune_objective& o, double p99_s) {

@@ -17,6 +17,7 @@
 #include "conveyor_models/kernels.hpp"
 #include "conveyor_models/mlp.hpp"
 #include "conveyor_models/reference.hpp"
+#include "device_copies.hpp"
 
 namespace cm = conveyor_models;
 namespace cu = conveyor::cuda;
@@ -29,23 +30,8 @@ float next_float() {  // deterministic, in [-4, 4)
   return static_cast<float>(rng_state >> 40) / 16777216.0f * 8.0f - 4.0f;
 }
 
-template <class T>
-cu::device_buffer<T> upload(const std::vector<T>& host, cu::stream_ref s) {
-  cu::pinned_buffer<T> staging{host.size()};
-  std::copy(host.begin(), host.end(), staging.span().begin());
-  cu::device_buffer<T> dev{host.size()};
-  copy_async(dev.span(), staging.span(), s);
-  s.synchronize();
-  return dev;
-}
-
-template <class T>
-std::vector<T> download(const cu::device_buffer<T>& dev, std::size_t n, cu::stream_ref s) {
-  cu::pinned_buffer<T> staging{n};
-  copy_async(staging.span(), cu::device_span<const T>(dev.span().subspan(0, n)), s);
-  s.synchronize();
-  return std::vector<T>(staging.span().begin(), staging.span().end());
-}
+using conveyor::test::gpu::download;
+using conveyor::test::gpu::upload;
 
 // Tolerance on logits, relative to the largest magnitude: what each precision's rounding
 // and a different accumulation order (cuBLAS's, tensor cores') can move them by.

@@ -15,6 +15,7 @@
 #include "conveyor/runtime/cuda/runtime.hpp"
 #include "conveyor_models/reference.hpp"
 #include "conveyor_models/thrust_topk.hpp"
+#include "device_copies.hpp"
 #include "test_kernels.hpp"
 
 namespace cm = conveyor_models;
@@ -25,23 +26,8 @@ namespace {
 
 int peek(const int* p) { return *static_cast<const volatile int*>(p); }
 
-template <class T>
-cu::device_buffer<T> upload(const std::vector<T>& host, cu::stream_ref s) {
-  cu::pinned_buffer<T> staging{host.size()};
-  std::copy(host.begin(), host.end(), staging.span().begin());
-  cu::device_buffer<T> dev{host.size()};
-  copy_async(dev.span(), staging.span(), s);
-  s.synchronize();
-  return dev;
-}
-
-template <class T>
-std::vector<T> download(const cu::device_buffer<T>& dev, std::size_t n, cu::stream_ref s) {
-  cu::pinned_buffer<T> staging{n};
-  copy_async(staging.span(), cu::device_span<const T>(dev.span().subspan(0, n)), s);
-  s.synchronize();
-  return std::vector<T>(staging.span().begin(), staging.span().end());
-}
+using conveyor::test::gpu::download;
+using conveyor::test::gpu::upload;
 
 std::vector<float> tied_scores(std::size_t rows, std::size_t cols, std::uint32_t seed) {
   std::vector<float> v(rows * cols);
