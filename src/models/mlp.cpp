@@ -169,12 +169,13 @@ void mlp::bind(std::size_t lane, conveyor::cuda::stream_ref s) {
   CONVEYOR_EXPECTS(lane < lanes_.size(),
                    "mlp: lane " + std::to_string(lane) + " but the model was built for " +
                        std::to_string(lanes_.size()) + " lanes; set mlp_options::lanes");
+  const lane_state& bound = *lanes_[lane];
+  if (bound.blas && bound.blas->bound_stream() == s) return;  // on its device already
   // On another device than its scratch (a gpu segment's lanes over several devices bind
   // on theirs): the lane's buffers and the weights are made there first.
   const int dev = conveyor::cuda::current_device();
   if (lanes_[lane]->device != dev) lanes_[lane] = make_lane(dev, weights_on(dev));
   lane_state& l = *lanes_[lane];
-  if (l.blas && l.blas->bound_stream() == s) return;
   l.drop_graphs();
   l.blas.reset();
   l.blas.emplace(s, options_.workspace_bytes);
