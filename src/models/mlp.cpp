@@ -169,8 +169,8 @@ void mlp::bind(std::size_t lane, conveyor::cuda::stream_ref s) {
   CONVEYOR_EXPECTS(lane < lanes_.size(),
                    "mlp: lane " + std::to_string(lane) + " but the model was built for " +
                        std::to_string(lanes_.size()) + " lanes; set mlp_options::lanes");
-  const lane_state& bound = *lanes_[lane];
-  if (bound.blas && bound.blas->bound_stream() == s) return;  // on its device already
+  if (const lane_state& current = *lanes_[lane]; current.blas && current.blas->bound_stream() == s)
+    return;  // bound to s, on its device, already
   // On another device than its scratch (a gpu segment's lanes over several devices bind
   // on theirs): the lane's buffers and the weights are made there first.
   const int dev = conveyor::cuda::current_device();
