@@ -78,7 +78,7 @@ struct arena_allocator {
 }  // namespace
 
 struct thrust_topk::state {
-  state(std::size_t n)
+  explicit state(std::size_t n)
       : scores(n, "thrust_topk scores"), index(n, "thrust_topk index"), row(n, "thrust_topk row") {}
   conveyor::cuda::device_buffer<float> scores;
   conveyor::cuda::device_buffer<std::uint32_t> index;
