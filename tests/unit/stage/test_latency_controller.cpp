@@ -142,7 +142,7 @@ sim_result simulate(latency_controller& c, const std::vector<std::int64_t>& arri
     const std::int64_t done = start + svc;
     *lane = done;
     for (std::size_t k = first; k < i; ++k) r.item_latency[k] = done - arrivals[k];
-    batch_outcome o{size, cut, done, done - arrivals[first]};
+    batch_outcome o{size, cut, done, done - arrivals[first], arrivals[i - 1] - arrivals[first]};
     // Results come back in done order.
     back.insert(std::upper_bound(back.begin(), back.end(), o,
                                  [](const batch_outcome& x, const batch_outcome& y) {
@@ -344,7 +344,7 @@ TEST_CASE("latency_controller: slack is cut on a missed window and raised on a c
 }
 
 TEST_CASE("latency_controller: a window's percentile weighs each batch by its items") {
-  std::array<latency_controller::sample, 4> v{{{5, 1}, {1, 10}, {9, 1}, {2, 88}}};
+  std::array<latency_controller::sample, 4> v{{{5, 1.0}, {1, 10.0}, {9, 1.0}, {2, 88.0}}};
   // 100 items: 10 at 1, 88 at 2, 1 at 5, 1 at 9.
   REQUIRE(latency_controller::weighted_quantile(v, 4, 0.5) == 2);
   REQUIRE(latency_controller::weighted_quantile(v, 4, 0.98) == 2);

@@ -42,6 +42,7 @@ class batch_feedback {
     std::int64_t cut_ns = 0;
     std::int64_t t0_ns = 0;  // the first item's entry into the pipeline
     std::uint64_t size = 0;
+    std::int64_t spread_ns = 0;  // the last item's arrival at the batch after the first's
   };
 
   // The batcher: a batch whose first item has sequence number seq left at b.cut_ns.
@@ -57,6 +58,7 @@ class batch_feedback {
     e.cut_ns.store(b.cut_ns, std::memory_order_release);
     e.t0_ns.store(b.t0_ns, std::memory_order_release);
     e.size.store(b.size, std::memory_order_release);
+    e.spread_ns.store(b.spread_ns, std::memory_order_release);
     // release: a claim() that reads this key reads these fields (or later ones, which
     // its compare-exchange then finds out).
     e.key.store(key_of(seq), std::memory_order_release);
@@ -73,7 +75,8 @@ class batch_feedback {
     // acquire (each): pairs with the release stores of a later sent(), if these loads
     // read one: its mark then happens-before the compare-exchange, which fails.
     sent_batch b{e.cut_ns.load(std::memory_order_acquire), e.t0_ns.load(std::memory_order_acquire),
-                 e.size.load(std::memory_order_acquire)};
+                 e.size.load(std::memory_order_acquire),
+                 e.spread_ns.load(std::memory_order_acquire)};
     std::uint64_t expected = key;
     // relaxed: the read-modify-write reads the latest key: it succeeds only if no later
     // sent() has marked the entry (whose mark would precede any field value of that
@@ -111,6 +114,7 @@ class batch_feedback {
     std::atomic<std::int64_t> cut_ns{0};
     std::atomic<std::int64_t> t0_ns{0};
     std::atomic<std::uint64_t> size{0};
+    std::atomic<std::int64_t> spread_ns{0};
   };
   std::unique_ptr<entry[]> entries_ = std::make_unique<entry[]>(slots);
   mpmc_ring<batch_outcome> back_{returns};

@@ -30,8 +30,8 @@
 // slack, in [min_slack, 1], covers what the averages miss (the tail of s, queueing after
 // the batch, the spread of u). It changes once per window of window_batches batches
 // whose results came back, from the window's measured latency at the target's percentile
-// (each batch stands for its items with its first item's latency, the longest of the
-// batch's waits): over d: slack *= decrease (multiplicative decrease); at most
+// (each batch stands for its items: its first item's latency, measured at the end of
+// the pipeline, spread down to its last item's by how much later that one arrived): over d: slack *= decrease (multiplicative decrease); at most
 // raise_below * d: slack += increase (additive increase); between: unchanged (a dead
 // band). A window whose batches were mostly cut before the last change (the change has
 // not shown yet) changes nothing. That is AIMD with a dead band, on a signal averaged
@@ -65,11 +65,15 @@ struct batch_outcome {
   std::int64_t cut_ns = 0;      // when it left the batch stage
   std::int64_t done_ns = 0;     // when its first item's result was delivered
   std::int64_t latency_ns = 0;  // that item's latency: entry into the pipeline to delivery
+  // How much later than the first the batch's last item arrived at the batch: the
+  // batch's items' latencies spread from latency_ns down to latency_ns - spread_ns.
+  std::int64_t spread_ns = 0;
 };
 
 class latency_controller {
  public:
   static constexpr std::size_t window_batches = 32;
+  static constexpr std::size_t points_per_batch = 8;
   static constexpr double initial_slack = 0.5;
   static constexpr double min_slack = 0.02;
   static constexpr double decrease = 0.7;
@@ -142,8 +146,19 @@ class latency_controller {
     ++window_.batches;
     window_.items += o.size;
     fresh_ += o.cut_ns >= changed_at_ns_ ? 1 : 0;
-    samples_[n_samples_++] = {o.latency_ns, o.size};
-    if (n_samples_ < window_batches) return false;
+    // The batch's items, as up to points_per_batch latencies evenly over its spread, each
+    // weighing its share of the items.
+    const std::size_t n = std::max<std::size_t>(o.size, 1);
+    const std::size_t points = std::min(n, points_per_batch);
+    const std::int64_t spread = std::clamp<std::int64_t>(o.spread_ns, 0, o.latency_ns);
+    for (std::size_t k = 0; k < points; ++k) {
+      const std::int64_t step = points == 1 ? 0
+                                            : spread * static_cast<std::int64_t>(k) /
+                                                  static_cast<std::int64_t>(points - 1);
+      samples_[n_samples_++] = {o.latency_ns - step,
+                                static_cast<double>(n) / static_cast<double>(points)};
+    }
+    if (++batches_in_window_ < window_batches) return false;
     close_window();
     return true;
   }
@@ -159,7 +174,7 @@ class latency_controller {
   // samples (and the shorter ones) weigh at least q of the whole.
   struct sample {
     std::int64_t latency_ns = 0;
-    std::size_t weight = 0;
+    double weight = 0;
   };
   template <std::size_t N>
   static std::int64_t weighted_quantile(std::array<sample, N>& v, std::size_t n,
@@ -221,7 +236,7 @@ class latency_controller {
     w.windows_met = met ? 1 : 0;
     w.observed_ns = observed;
     // The rule: only on a window mostly cut under the current slack.
-    if (fresh_ * 2 >= n_samples_) {
+    if (fresh_ * 2 >= batches_in_window_) {
       const double before = slack_;
       if (!met)
         slack_ = std::max(min_slack, slack_ * decrease);
@@ -243,6 +258,7 @@ class latency_controller {
     last_ = w;
     window_ = {};
     n_samples_ = 0;
+    batches_in_window_ = 0;
     fresh_ = 0;
   }
 
@@ -263,8 +279,9 @@ class latency_controller {
   double slack_ = initial_slack;
   std::int64_t changed_at_ns_ = 0;  // when slack last changed (a result's return time)
   metrics::target_window window_{};
-  std::array<sample, window_batches> samples_{};
+  std::array<sample, window_batches * points_per_batch> samples_{};
   std::size_t n_samples_ = 0;
+  std::size_t batches_in_window_ = 0;
   std::size_t fresh_ = 0;  // samples of batches cut at or after changed_at_ns_
   metrics::target_window last_{};
   metrics::target_miss_cause cause_{};
