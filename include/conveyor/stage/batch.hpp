@@ -192,8 +192,8 @@ class batch_node {
             std::chrono::nanoseconds{ns})};
   }
 
-  // How long a batch waits while the stages after it have not taken the previous one
-  // yet (the ring after the batch holds a batch): leaving now would only queue there.
+  // While the ring after the batch holds a batch, the batch waits in steps of this long
+  // (it looks at the ring again after each).
   static constexpr std::int64_t hold_step_ns = 50'000;
 
   // run() with a latency target: each batch waits and is cut as the controller says
@@ -235,22 +235,31 @@ class batch_node {
       std::int64_t leave = lc.deadline(first_at, b.value.size());
       std::int64_t now = first_at;
       std::int64_t last_at = first_at;  // the last item's arrival
-      while (leave >= 0) {
-        // Past the deadline the batch still takes the items that wait in the ring (up to
-        // the size the controller allows): they would only wait for the next batch.
+      while (b.value.size() < stage_.max_size()) {
+        // Backlog: the ring after the batch still holds a batch that the stages after it
+        // have not taken. Leaving now would only queue there, behind it; so the batch
+        // waits on, for more items, until that one is taken or this one is full, whatever
+        // the controller says. This is what keeps a service that falls behind (a hiccup,
+        // a burst) on full batches, its most efficient, until it has caught up, rather
+        // than on the small batches its inflated service times would ask for.
+        const bool backlog = out_->size_approx() != 0 && !ctl_.is_stopping();
+        if (leave < 0 && !backlog) break;  // the controller's cut
         probe.busy();
-        auto next = now >= leave ? in_->try_pop() : in_->pop_until(at(leave));
+        std::optional<envelope<In>> next;
+        if (leave >= 0 && now < leave) {
+          next = in_->pop_until(at(leave));
+        } else {
+          // Past the deadline the batch still takes what waits in the ring (those items
+          // would only wait for the next batch), and waits a step at a time while the
+          // backlog lasts.
+          next = in_->try_pop();
+          if (!next && backlog) next = in_->pop_until(at(now + hold_step_ns));
+        }
         probe.starved();
         now = now_ns();
         if (!next) {
           if (in_->closed()) break;
-          // The batch before has not been taken yet: wait on (for more items), at most
-          // until this batch's first item would run out of budget.
-          const std::int64_t last = first_at + lc.budget_ns() - lc.service_ns(b.value.size());
-          if (out_->size_approx() != 0 && now < last && !ctl_.is_stopping()) {
-            leave = std::min(now + hold_step_ns, last);
-            continue;
-          }
+          if ((leave >= 0 && now < leave) || backlog) continue;
           timed_out = true;
           break;
         }

@@ -26,7 +26,11 @@
 //   - else at its first item's arrival + slack * (B - s(k + 1)), or when full.
 // So the wait shrinks as the batch grows (a larger batch takes longer downstream), a
 // batch is never cut larger than what the stages after it can serve within the target,
-// and never larger than max. With no measurement yet, s = 0.
+// and never larger than max. With no measurement yet, s = 0. (The batch stage overrides
+// the cut and the wait in one case, outside this class: while the ring after it still
+// holds a batch not taken, a batch waits on until that one is taken or it is full. s
+// includes the queueing after the batch, so when the stages after it fall behind, s
+// grows and the rule alone would cut ever smaller, less efficient batches: a collapse.)
 // slack, in [min_slack, 1], covers what the averages miss (the tail of s, queueing after
 // the batch, the spread of u). It changes once per window of window_batches batches
 // whose results came back, from the window's measured latency at the target's percentile
@@ -78,7 +82,7 @@ class latency_controller {
   static constexpr double min_slack = 0.02;
   static constexpr double decrease = 0.7;
   static constexpr double increase = 0.05;
-  static constexpr double raise_below = 0.8;
+  static constexpr double raise_below = 0.7;
 
   explicit latency_controller(const latency_target_config& c) noexcept : c_(c) {}
 
