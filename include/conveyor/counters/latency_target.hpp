@@ -87,12 +87,15 @@ class latency_target_log {
  public:
   static constexpr std::size_t max_history = 32;
 
-  latency_target_log(std::int64_t target_ns, double quantile) noexcept
-      : target_ns_(target_ns), quantile_(quantile) {}
+  // @throws std::bad_alloc (the history's storage is taken here, at setup: recording
+  // allocates nothing).
+  latency_target_log(std::int64_t target_ns, double quantile)
+      : target_ns_(target_ns), quantile_(quantile) {
+    history_.reserve(max_history);
+  }
 
-  // The batcher, once per closed window. The history may allocate the first time it
-  // grows to max_history; merges reuse its storage.
-  void record(const target_window& w, const target_miss_cause& cause) {
+  // The batcher, once per closed window.
+  void record(const target_window& w, const target_miss_cause& cause) noexcept {
     const std::lock_guard lock{mutex_};
     ++windows_;
     windows_met_ += w.windows_met;

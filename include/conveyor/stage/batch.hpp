@@ -205,12 +205,7 @@ class batch_node {
     const bool may_expire = ctl_.has_tickets();
     const auto take_feedback = [&] {
       while (const auto o = target_->feedback.take())
-        if (lc.completed(*o)) {
-          try {
-            target_->log.record(lc.last_window(), lc.last_cause());
-          } catch (...) {  // the history could not grow (out of memory): the window is lost
-          }
-        }
+        if (lc.completed(*o)) target_->log.record(lc.last_window(), lc.last_cause());
     };
     for (;;) {
       auto first = probe.pop(*in_);

@@ -14,7 +14,8 @@
 // (src/conveyor/control.cpp).
 // Thread-safety: the atomics and fail_current()/fail_items()/expire()/stop()/cancel()
 // from any thread; on_stop(), make_track(), use_tickets(), count_completions_of(),
-// isolate_failures and settle_alone during setup only (before any stage thread runs).
+// feedback, isolate_failures and settle_alone during setup only (before any stage
+// thread runs).
 #pragma once
 
 #include <atomic>
