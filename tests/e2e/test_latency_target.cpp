@@ -193,3 +193,28 @@ TEST_CASE("latency target: the GPU segment on the host runtime, behind a targete
   REQUIRE(r.batching);
   CHECK(r.batching->max_size == max);
 }
+
+TEST_CASE("latency target: a target the stages after the batch cannot meet says why") {
+  // The model sleeps 4 ms per batch, the target is 1 ms: every item is late whatever the
+  // machine's speed (a sleep is never shorter), and one request at a time (each waits for
+  // the one before) makes every batch a batch of one.
+  pipeline svc{input<std::uint64_t>() | batch(8).target_p99(1ms) |
+               map([](std::vector<std::uint64_t> b) {
+                 std::this_thread::sleep_for(4ms);
+                 return b;
+               }) |
+               unbatch()};
+  svc.start();
+  for (std::uint64_t x = 0; x < 40; ++x) REQUIRE(svc.submit(x).get() == x);
+  const report r = svc.stop(stop_mode::drain);
+  REQUIRE(r.latency_target);
+  const latency_target_report& t = *r.latency_target;
+  REQUIRE(t.windows >= 1);
+  CHECK(t.windows_met == 0);
+  CHECK(!t.met);
+  CHECK_THAT(t.reason, Contains("per batch of 1") && Contains("above the target of 1.00 ms"));
+  std::ostringstream text;
+  text << r;
+  CHECK_THAT(text.str(), Contains("missed: the stages after the batch alone need"));
+  CHECK_THAT(text.str(), Contains("): missed"));
+}
