@@ -13,9 +13,9 @@
 // input and on stop(drain).
 // A batch with a latency target (target_p99(d) or target_p95(d), instead of max_delay)
 // chooses, batch by batch, how long to wait and how large to cut (never above max), from
-// the arrival rate, the time the stages after it took per batch size, and the items'
-// latency from entry to delivery at the pipeline's end, so that the items' P99 (P95) stays
-// at or below d with batches as large as that allows. The rule is stated in
+// the time the stages after it took per batch size, the time items take to reach it, and
+// the items' latency from entry to delivery at the pipeline's end, so that the items' P99
+// (P95) stays at or below d with batches as large as that allows. The rule is stated in
 // stage/detail/latency_controller.hpp; the report shows the sizes and waits it chose over
 // time and whether the target was met (report::latency_target). One batch stage per
 // pipeline may have a target.
