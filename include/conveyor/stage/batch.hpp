@@ -227,41 +227,37 @@ class batch_node {
       b.metas.reserve(stage_.max_size());
       add(b, std::move(*first));
       bool timed_out = false;
-      std::int64_t leave = lc.deadline(first_at, b.value.size());
       std::int64_t now = first_at;
       std::int64_t last_at = first_at;  // the last item's arrival
-      while (b.value.size() < stage_.max_size()) {
-        // Backlog: the ring after the batch still holds a batch that the stages after it
-        // have not taken. Leaving now would only queue there, behind it; so the batch
-        // waits on, for more items, until that one is taken or this one is full, whatever
-        // the controller says. This is what keeps a service that falls behind (a hiccup,
-        // a burst) on full batches, its most efficient, until it has caught up, rather
-        // than on the small batches its inflated service times would ask for.
+      for (;;) {
+        // A backlog: the ring after the batch still holds a batch that the stages after
+        // it have not taken (the controller then holds this one until that is taken).
         const bool backlog = out_->size_approx() != 0 && !ctl_.is_stopping();
-        if (leave < 0 && !backlog) break;  // the controller's cut
+        const std::int64_t leave = lc.deadline(first_at, b.value.size(), backlog);
+        if (leave < 0) break;
         probe.busy();
         std::optional<envelope<In>> next;
-        if (leave >= 0 && now < leave) {
+        if (leave != latency_controller::hold && now < leave) {
           next = in_->pop_until(at(leave));
         } else {
           // Past the deadline the batch still takes what waits in the ring (those items
-          // would only wait for the next batch), and waits a step at a time while the
-          // backlog lasts.
+          // would only wait for the next batch); holding, it waits a step at a time and
+          // looks at the backlog again.
           next = in_->try_pop();
-          if (!next && backlog) next = in_->pop_until(at(now + hold_step_ns));
+          if (!next && leave == latency_controller::hold)
+            next = in_->pop_until(at(now + hold_step_ns));
         }
         probe.starved();
         now = now_ns();
         if (!next) {
           if (in_->closed()) break;
-          if ((leave >= 0 && now < leave) || backlog) continue;
+          if (leave == latency_controller::hold || now < leave) continue;
           timed_out = true;
           break;
         }
         lc.arrived(now, -1);
         last_at = now;
         if (!may_expire || drop_expired(ctl_, stats_, *next) != 0) add(b, std::move(*next));
-        leave = lc.deadline(first_at, b.value.size());
       }
       probe.busy();
       if (may_expire && drop_expired(ctl_, stats_, b) == 0) continue;

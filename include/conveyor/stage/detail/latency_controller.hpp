@@ -4,7 +4,8 @@
 //
 //   detail::latency_controller c{{.target_ns = 5'000'000, .quantile = 0.99, .max_size = 32}};
 //   c.arrived(t, t - t0);                      // each item the batcher takes (t0: its entry)
-//   std::int64_t leave = c.deadline(first_at, batch_size);  // < 0: leave now
+//   std::int64_t leave = c.deadline(first_at, batch_size, backlog);  // < 0: leave now;
+//                                              // hold: wait for more while the backlog lasts
 //   c.cut(batch_size, c.wait_ns(1));           // a batch left
 //   if (c.completed({n, cut_ns, done_ns, latency_ns})) log.record(c.last_window(), ...);
 //
@@ -17,20 +18,27 @@
 //          per power-of-two size bucket (1, 2-3, 4-7, ...) with the mean size it saw; a
 //          size between measured ones is scaled linearly from the bucket below (a larger
 //          batch costs at most proportionally more) or taken from the bucket above (a
-//          smaller batch costs no more): both err towards a longer prediction.
+//          smaller batch costs no more): both err towards a longer prediction. A bucket
+//          without a sample in the last 4 windows gives way to fresh ones (its figure may
+//          date from a stall, and while it says "too slow" no batch of its size comes to
+//          correct it).
 //   u      the time from an item's entry into the pipeline to its arrival at the batch.
 //   gap    the time between arrivals at the batch (1/gap: the arrival rate, reported).
 // The budget of the first (oldest) item of a batch, from its arrival at the batch to its
 // result, is B = d - u. A batch holding k items leaves
 //   - at once when k = max, or when a batch of k + 1 would not fit: s(k + 1) > B;
 //   - else at its first item's arrival + slack * (B - s(k + 1)), or when full.
+//   - but while there is a backlog (the ring after the batch still holds a batch that
+//     the stages after it have not taken), it waits for more items until that one is
+//     taken or it is full, whatever the two rules above say: leaving now would only queue
+//     behind it.
 // So the wait shrinks as the batch grows (a larger batch takes longer downstream), a
 // batch is never cut larger than what the stages after it can serve within the target,
-// and never larger than max. With no measurement yet, s = 0. (The batch stage overrides
-// the cut and the wait in one case, outside this class: while the ring after it still
-// holds a batch not taken, a batch waits on until that one is taken or it is full. s
-// includes the queueing after the batch, so when the stages after it fall behind, s
-// grows and the rule alone would cut ever smaller, less efficient batches: a collapse.)
+// and never larger than max. With no measurement yet, s = 0. The backlog rule is what
+// keeps a service that falls behind (a stall, a burst) on full batches, its most
+// efficient, until it has caught up: s includes the queueing after the batch, so when
+// the stages after it fall behind s grows, and the first two rules alone would cut ever
+// smaller batches, which fall further behind (a collapse).
 // slack, in [min_slack, 1], covers what the averages miss (the tail of s, queueing after
 // the batch, the spread of u). It changes once per window of window_batches batches
 // whose results came back, from the window's measured latency at the target's percentile
@@ -51,6 +59,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "conveyor/counters/latency_target.hpp"
@@ -101,13 +110,22 @@ class latency_controller {
   std::int64_t service_ns(std::size_t n) const noexcept {
     n = std::max<std::size_t>(n, 1);
     const std::size_t b = bucket(n);
-    if (svc_[b].time.known()) return svc_[b].predict(n);
-    for (std::size_t j = b; j-- > 0;)
-      if (svc_[j].time.known()) return svc_[j].predict(n);  // scaled up from below
-    for (std::size_t j = b + 1; j < buckets; ++j)
-      if (svc_[j].time.known()) return static_cast<std::int64_t>(svc_[j].time.value);
+    // Fresh figures first (a bucket is stale once stale_after results came back without
+    // one of its size), then stale ones.
+    for (const bool fresh_only : {true, false}) {
+      const auto usable = [&](std::size_t j) {
+        return svc_[j].time.known() &&
+               (!fresh_only || results_ - svc_[j].last_result <= stale_after);
+      };
+      if (usable(b)) return svc_[b].predict(n);
+      for (std::size_t j = b; j-- > 0;)
+        if (usable(j)) return svc_[j].predict(n);  // scaled up from below
+      for (std::size_t j = b + 1; j < buckets; ++j)
+        if (usable(j)) return static_cast<std::int64_t>(svc_[j].time.value);
+    }
     return 0;  // nothing measured yet
   }
+  static constexpr std::uint64_t stale_after = 4 * window_batches;  // results
 
   // The first item's budget from its arrival at the batch to its result: d - u.
   std::int64_t budget_ns() const noexcept {
@@ -123,9 +141,14 @@ class latency_controller {
     if (next > budget) return -1;
     return static_cast<std::int64_t>(slack_ * static_cast<double>(budget - next));
   }
-  // When a batch whose first item arrived at first_at_ns and that holds `size` items
-  // leaves (if no item fills it first); < 0: now.
-  std::int64_t deadline(std::int64_t first_at_ns, std::size_t size) const noexcept {
+  // What a batch whose first item arrived at first_at_ns and that holds `size` items
+  // does now: leave (< 0), wait until the time returned for more items (then leave), or,
+  // with a backlog after the batch, wait for more while the backlog lasts (hold).
+  static constexpr std::int64_t hold = std::numeric_limits<std::int64_t>::max();
+  std::int64_t deadline(std::int64_t first_at_ns, std::size_t size,
+                        bool backlog = false) const noexcept {
+    if (size >= c_.max_size) return -1;
+    if (backlog) return hold;
     const std::int64_t w = wait_ns(size);
     return w < 0 ? -1 : first_at_ns + w;
   }
@@ -142,8 +165,9 @@ class latency_controller {
   // last_cause()).
   bool completed(const batch_outcome& o) noexcept {
     const std::int64_t s = std::max<std::int64_t>(o.done_ns - o.cut_ns, 0);
-    svc_[bucket(std::max<std::size_t>(o.size, 1))].add(static_cast<double>(s),
-                                                       static_cast<double>(o.size));
+    service_bucket& sb = svc_[bucket(std::max<std::size_t>(o.size, 1))];
+    sb.add(static_cast<double>(s), static_cast<double>(o.size));
+    sb.last_result = ++results_;
     if (o.size <= 1) floor_one_ = floor_one_ == 0 || s < floor_one_ ? s : floor_one_;
     if (window_.batches == 0) window_.start_ns = o.cut_ns;
     window_.end_ns = std::max(window_.end_ns, o.done_ns);
@@ -218,8 +242,9 @@ class latency_controller {
     }
   };
   struct service_bucket {
-    average time;  // cut -> first result
-    average size;  // the sizes it saw
+    average time;                   // cut -> first result
+    average size;                   // the sizes it saw
+    std::uint64_t last_result = 0;  // results_ at its last sample
     void add(double t, double n) noexcept {
       time.add(t, 2);
       size.add(n, 2);
@@ -280,6 +305,7 @@ class latency_controller {
   average gap_;
   std::int64_t last_arrival_ns_ = 0;
   std::int64_t floor_one_ = 0;  // the least s(1) seen
+  std::uint64_t results_ = 0;   // results that came back
   double slack_ = initial_slack;
   std::int64_t changed_at_ns_ = 0;  // when slack last changed (a result's return time)
   metrics::target_window window_{};
