@@ -27,7 +27,7 @@
 // The budget of the first (oldest) item of a batch, from its arrival at the batch to its
 // result, is B = d - u. A batch holding k items leaves
 //   - at once when k = max, or when a batch of k + 1 would not fit: s(k + 1) > B;
-//   - else at its first item's arrival + slack * (B - s(k + 1)), or when full.
+//   - else at its first item's arrival + slack * (B - s(k + 1)), or when full;
 //   - but while there is a backlog (the ring after the batch still holds a batch that
 //     the stages after it have not taken), it waits for more items until that one is
 //     taken or it is full, whatever the two rules above say: leaving now would only queue
@@ -43,10 +43,11 @@
 // the batch, the spread of u). It changes once per window of window_batches batches
 // whose results came back, from the window's measured latency at the target's percentile
 // (each batch stands for its items: its first item's latency, measured at the end of
-// the pipeline, spread down to its last item's by how much later that one arrived): over d: slack *= decrease (multiplicative decrease); at most
-// raise_below * d: slack += increase (additive increase); between: unchanged (a dead
-// band). A window whose batches were mostly cut before the last change (the change has
-// not shown yet) changes nothing. That is AIMD with a dead band, on a signal averaged
+// the pipeline, spread down to its last item's by how much later that one arrived):
+// over d: slack *= decrease (multiplicative decrease); at most raise_below * d:
+// slack += increase (additive increase); between: unchanged (a dead band). A window
+// whose batches were mostly cut before the last change (the change has not shown yet)
+// changes nothing. That is AIMD with a dead band, on a signal averaged
 // over a window: it cannot flip every batch, a step in the load moves the averages
 // within a few dozen batches, and a violation costs at most one window before the
 // budget shrinks by 30%.
