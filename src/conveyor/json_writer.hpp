@@ -46,6 +46,9 @@ class json_writer {
   json_writer& value(double v) {
     return element([&] { number(v); });
   }
+  json_writer& value(bool b) {
+    return element([&] { os_ << (b ? "true" : "false"); });
+  }
   json_writer& null() {
     return element([&] { os_ << "null"; });
   }

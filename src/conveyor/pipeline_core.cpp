@@ -208,6 +208,9 @@ conveyor::report pipeline_core::make_report(bool with_timeline) const {
       r.runtime = std::string(i.runtime);
     }
     if (i.batches && !r.batching) r.batching = metrics::make_batch_report(i.batches->snapshot());
+    if (i.target && !r.latency_target)
+      r.latency_target =
+          metrics::make_latency_target_report(i.name, i.target->snapshot(), start_ns_);
   }
   // A ring that could grow is reported at the deepest it ran, on the stage it feeds.
   for (const growable_entry& g : growable_)

@@ -2,11 +2,13 @@
 // (conveyor/report/report.hpp).
 #include "conveyor/report/report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <ostream>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "conveyor/base/clock.hpp"
 #include "json_writer.hpp"
@@ -114,6 +116,68 @@ batch_report make_batch_report(const batch_counters& c) {
   return batch_report{c.max_size, c.mean_size(), c.batches, c.flushed_on_timeout};
 }
 
+namespace {
+
+// Why windows missed the target, in words, from the last missed window's numbers.
+std::string miss_reason(const latency_target_counters& c) {
+  const target_miss_cause& m = c.last_miss;
+  const std::string p = fmt("P%.0f", 100.0 * c.quantile);
+  const auto msec = [](std::int64_t ns) {
+    return fmt("%.2f", static_cast<double>(ns) * 1e-6) + " ms";
+  };
+  switch (m.kind) {
+    case target_miss::none:
+      return {};
+    case target_miss::infeasible:
+      return "the stages after the batch alone need " + msec(m.service_one_ns) +
+             " per batch of 1, and items take " + msec(m.upstream_ns) +
+             " to reach the batch: together above the target of " + msec(c.target_ns) +
+             "; no wait or batch size meets it (make those stages faster, or set a longer "
+             "target)";
+    case target_miss::at_capacity:
+      return "batches left full (mean size " + fmt("%.1f", m.mean_size) + ") and their items' " +
+             p + " was still " + msec(m.observed_ns) +
+             ": the stages after the batch are at capacity at " + fmt("%.0f", m.rate_per_s) +
+             " items/s (add capacity there, or a larger max batch size)";
+    case target_miss::tail:
+      return "the items' " + p + " was " + msec(m.observed_ns) +
+             ", longer than the measured service times predicted (queueing or variance "
+             "after the batch, or before it); the wait budget was cut (mean wait " +
+             msec(m.wait_ns) + ", batches of " + fmt("%.1f", m.mean_size) + ")";
+  }
+  return {};
+}
+
+}  // namespace
+
+latency_target_report make_latency_target_report(std::string stage,
+                                                 const latency_target_counters& c,
+                                                 std::int64_t run_start_ns) {
+  latency_target_report t;
+  t.stage = std::move(stage);
+  t.target_s = ns_to_s(c.target_ns);
+  t.percentile = 100.0 * c.quantile;
+  t.windows = c.windows;
+  t.windows_met = c.windows_met;
+  t.met = c.windows != 0 && 20 * c.windows_met >= 19 * c.windows;
+  if (c.windows_met != c.windows) t.reason = miss_reason(c);
+  for (const target_window& w : c.history) {
+    latency_target_period p;
+    p.start_s = ns_to_s(w.start_ns - run_start_ns);
+    p.end_s = ns_to_s(w.end_ns - run_start_ns);
+    p.windows = w.windows;
+    p.windows_met = w.windows_met;
+    p.batches = w.batches;
+    p.mean_size = w.mean_size();
+    p.largest = w.largest;
+    p.mean_wait_s = w.mean_wait_ns() * 1e-9;
+    p.observed_s = ns_to_s(w.observed_ns);
+    p.slack = w.slack;
+    t.history.push_back(p);
+  }
+  return t;
+}
+
 latency_report make_latency_report(const latency_histogram& h) {
   latency_report l;
   l.p50_s = ns_to_s(h.percentile(50.0));
@@ -209,6 +273,52 @@ std::ostream& operator<<(std::ostream& os, const report& r) {
       o << " (" << pct(static_cast<double>(b.flushed_on_timeout) / static_cast<double>(b.batches))
         << "%)";
     o << '\n';
+  }
+  if (r.latency_target) {
+    const latency_target_report& t = *r.latency_target;
+    o << "  latency target ('" << t.stage << "'): P" << fmt("%.0f", t.percentile)
+      << " <= " << ms(t.target_s) << " ms, met in " << t.windows_met << " of " << t.windows
+      << " windows";
+    if (t.windows != 0)
+      o << " (" << pct(static_cast<double>(t.windows_met) / static_cast<double>(t.windows))
+        << "%): " << (t.met ? "met" : "missed");
+    o << '\n';
+    // At most table_rows rows: neighbouring periods merge (the JSON has them all).
+    constexpr std::size_t table_rows = 8;
+    std::vector<latency_target_period> rows;
+    const std::size_t per_row = (t.history.size() + table_rows - 1) / table_rows;
+    for (std::size_t i = 0; i < t.history.size(); i += per_row) {
+      latency_target_period m = t.history[i];
+      double size_sum = m.mean_size * static_cast<double>(m.batches);
+      double wait_sum = m.mean_wait_s * static_cast<double>(m.windows);
+      for (std::size_t k = i + 1; k < std::min(i + per_row, t.history.size()); ++k) {
+        const latency_target_period& w = t.history[k];
+        m.end_s = w.end_s;
+        m.windows += w.windows;
+        m.windows_met += w.windows_met;
+        m.batches += w.batches;
+        size_sum += w.mean_size * static_cast<double>(w.batches);
+        wait_sum += w.mean_wait_s * static_cast<double>(w.windows);
+        m.largest = std::max(m.largest, w.largest);
+        m.observed_s = std::max(m.observed_s, w.observed_s);
+        m.slack = w.slack;
+      }
+      m.mean_size = m.batches == 0 ? 0.0 : size_sum / static_cast<double>(m.batches);
+      m.mean_wait_s = m.windows == 0 ? 0.0 : wait_sum / static_cast<double>(m.windows);
+      rows.push_back(m);
+    }
+    if (!rows.empty()) {
+      const std::string p = "P" + fmt("%.0f", t.percentile) + " ms";
+      o << "    " << pad("time s", 14, true) << pad("batches", 9) << pad("mean size", 11)
+        << pad("largest", 9) << pad("wait ms", 10) << pad(p, 10) << pad("slack", 7)
+        << pad("windows met", 13) << '\n';
+      for (const latency_target_period& w : rows)
+        o << "    " << pad(fmt("%.2f", w.start_s) + "-" + fmt("%.2f", w.end_s), 14, true)
+          << pad(num(w.batches), 9) << pad(fmt("%.1f", w.mean_size), 11) << pad(num(w.largest), 9)
+          << pad(ms(w.mean_wait_s), 10) << pad(ms(w.observed_s), 10) << pad(fmt("%.2f", w.slack), 7)
+          << pad(num(w.windows_met) + "/" + num(w.windows), 13) << '\n';
+    }
+    if (!t.reason.empty()) o << "    missed: " << t.reason << '\n';
   }
   o << "  " << pad("latency ms", 12, true) << pad("p50", 10) << pad("p95", 10) << pad("p99", 10)
     << pad("max", 10) << pad("mean", 10) << pad("count", 12) << '\n';
@@ -323,6 +433,28 @@ std::string to_json(const report& r) {
     j.begin_object();
     j.field("max_size", b.max_size).field("mean_size", b.mean_size).field("batches", b.batches);
     j.field("flushed_on_timeout", b.flushed_on_timeout);
+    j.end_object();
+  } else {
+    j.null();
+  }
+  j.key("latency_target");
+  if (r.latency_target) {
+    const latency_target_report& t = *r.latency_target;
+    j.begin_object();
+    j.field("stage", t.stage).field("target_s", t.target_s).field("percentile", t.percentile);
+    j.field("windows", t.windows).field("windows_met", t.windows_met).field("met", t.met);
+    j.field("reason", t.reason);
+    j.key("history").begin_array();
+    for (const latency_target_period& w : t.history) {
+      j.begin_object();
+      j.field("start_s", w.start_s).field("end_s", w.end_s).field("windows", w.windows);
+      j.field("windows_met", w.windows_met).field("batches", w.batches);
+      j.field("mean_size", w.mean_size).field("largest", w.largest);
+      j.field("mean_wait_s", w.mean_wait_s).field("observed_s", w.observed_s);
+      j.field("slack", w.slack);
+      j.end_object();
+    }
+    j.end_array();
     j.end_object();
   } else {
     j.null();

@@ -500,6 +500,9 @@ std::optional<verdict> stage_at_capacity(const run_view& v) {
 std::optional<verdict> under_batched(const run_view& v) {
   const report& r = v.r;
   if (!r.batching || r.batching->batches == 0 || r.batching->max_size == 0) return std::nullopt;
+  // A batcher with a latency target that it meets cuts its batches small on purpose:
+  // larger ones would wait longer than the target allows.
+  if (r.latency_target && r.latency_target->met) return std::nullopt;
   const batch_report& b = *r.batching;
   const double timeouts =
       static_cast<double>(b.flushed_on_timeout) / static_cast<double>(b.batches);

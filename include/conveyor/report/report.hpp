@@ -16,6 +16,8 @@
 //            and the host work around them (stage-in, stage-out).
 //   gpu_busy_fraction   gpu_stats::compute_busy_ns() / wall: union over lanes.
 //   batching make_batch_report(batch_stats) when the pipeline batches, else nullopt.
+//   latency_target   make_latency_target_report(latency_target_log) for a batch stage
+//            with a latency target, else nullopt.
 //   *_latency make_latency_report(histogram).
 //   cpus, process_cpu_s   the usable CPUs and the process's CPU time over the run.
 //   machine_cpu_s, machine_busy_cpu_s   the same CPUs' time and busy time, every process
@@ -41,6 +43,7 @@
 #include "conveyor/counters/failure_log.hpp"
 #include "conveyor/counters/histogram.hpp"
 #include "conveyor/counters/lane_stats.hpp"
+#include "conveyor/counters/latency_target.hpp"
 #include "conveyor/counters/stage_stats.hpp"
 
 namespace conveyor::metrics {
@@ -122,6 +125,33 @@ struct batch_report {
   std::uint64_t flushed_on_timeout = 0;  // left because max delay expired before max size
 };
 
+// A batch stage with a latency target (batch(max).target_p99(d)): what it chose over
+// time and whether the items met the target. Each period is one or more of the
+// controller's windows (a few dozen batches each; neighbours merge as a run grows).
+struct latency_target_period {
+  double start_s = 0.0;  // since the run started
+  double end_s = 0.0;
+  std::uint64_t windows = 0;
+  std::uint64_t windows_met = 0;
+  std::uint64_t batches = 0;  // batches whose results came back in it
+  double mean_size = 0.0;     // their mean size
+  std::size_t largest = 0;    // the largest batch cut
+  double mean_wait_s = 0.0;   // the wait budget the batches had at their first item
+  double observed_s = 0.0;    // the items' latency at the percentile (merged: the worst)
+  double slack = 0.0;         // the controller's budget factor at the end, (0, 1]
+};
+
+struct latency_target_report {
+  std::string stage;  // the batch stage's name
+  double target_s = 0.0;
+  double percentile = 99.0;       // 99: target_p99, 95: target_p95
+  std::uint64_t windows = 0;      // the controller's windows so far
+  std::uint64_t windows_met = 0;  // of them, those whose latency at the percentile met it
+  bool met = false;               // at least 95% of the windows met it
+  std::string reason;             // why windows missed (the last miss); empty: none did
+  std::vector<latency_target_period> history;  // oldest first
+};
+
 struct latency_report {
   double p50_s = 0.0;
   double p95_s = 0.0;
@@ -178,7 +208,8 @@ struct report {
   };
   std::vector<device_busy> devices;  // one per device the lanes ran on
   std::optional<batch_report> batching;
-  latency_report item_latency;  // submit (source) -> result (sink)
+  std::optional<latency_target_report> latency_target;  // a batch stage with a target
+  latency_report item_latency;                          // submit (source) -> result (sink)
   latency_report batch_latency;
   conveyor::metrics::verdict verdict;
   std::string runtime;  // "host" or "cuda"
@@ -216,6 +247,10 @@ stage_report make_stage_report(std::string name, stage_kind kind, const stage_st
 lane_report make_lane_report(std::size_t lane, const lane_counters& c);
 std::vector<lane_report> make_lane_reports(const gpu_stats& gpu);
 batch_report make_batch_report(const batch_counters& c);
+// run_start_ns: the run's start on the now_ns() clock (the periods' times count from it).
+latency_target_report make_latency_target_report(std::string stage,
+                                                 const latency_target_counters& c,
+                                                 std::int64_t run_start_ns);
 latency_report make_latency_report(const latency_histogram& h);
 
 // ---- fractions of capacity (what the table prints and the verdict reads) ----------
@@ -271,6 +306,8 @@ namespace conveyor {
 using metrics::batch_report;
 using metrics::lane_report;
 using metrics::latency_report;
+using metrics::latency_target_period;
+using metrics::latency_target_report;
 using metrics::report;
 using metrics::stage_kind;
 using metrics::stage_report;

@@ -3,28 +3,45 @@
 //   conveyor::batch(64)                                   // fixed: 64 items, or fewer at the end
 //   conveyor::batch(64).max_delay(std::chrono::milliseconds(2))   // dynamic: leave when full,
 //                                                         //   or 2 ms after the first item came
+//   conveyor::batch(64).target_p99(std::chrono::milliseconds(5))  // latency target: the
+//                                                         //   batcher chooses wait and size
 //   conveyor::unbatch()                                   // std::vector<T> -> T, in order
 //
 // batch turns T into std::vector<T>. A fixed batch waits until it is full; a dynamic batch
 // (Triton's dynamic batcher) also leaves when max_delay has passed since its first item,
 // so a trickle of requests is not held back. A partial batch always leaves at the end of
 // input and on stop(drain).
+// A batch with a latency target (target_p99(d) or target_p95(d), instead of max_delay)
+// chooses, batch by batch, how long to wait and how large to cut (never above max), from
+// the time the stages after it took per batch size, the time items take to reach it, and
+// the items' latency from entry to delivery at the pipeline's end, so that the items' P99
+// (P95) stays at or below d with batches as large as that allows. The rule is stated in
+// stage/detail/latency_controller.hpp; the report shows the sizes and waits it chose over
+// time and whether the target was met (report::latency_target). One batch stage per
+// pipeline may have a target.
 // Thread-safety: each runs on one thread of its own.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "conveyor/base/clock.hpp"
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/thread_group.hpp"
 #include "conveyor/counters/batch_stats.hpp"
+#include "conveyor/counters/latency_target.hpp"
+#include "conveyor/stage/detail/batch_feedback.hpp"
 #include "conveyor/stage/detail/control.hpp"
 #include "conveyor/stage/detail/envelope.hpp"
+#include "conveyor/stage/detail/latency_controller.hpp"
 #include "conveyor/stage/detail/link.hpp"
 #include "conveyor/stage/detail/worker_probe.hpp"
 
@@ -46,6 +63,13 @@ class batch_stage {
     max_delay_ = d;
     return std::move(*this);
   }
+  // A latency target instead of a fixed delay: the items' P99 (target_p99) or P95
+  // (target_p95) latency, from entry into the pipeline to delivery at its end, at or
+  // below d. Set one target, and no max_delay.
+  batch_stage& target_p99(std::chrono::nanoseconds d) & { return set_target(d, 0.99); }
+  batch_stage&& target_p99(std::chrono::nanoseconds d) && { return std::move(set_target(d, 0.99)); }
+  batch_stage& target_p95(std::chrono::nanoseconds d) & { return set_target(d, 0.95); }
+  batch_stage&& target_p95(std::chrono::nanoseconds d) && { return std::move(set_target(d, 0.95)); }
   batch_stage& name(std::string n) & {
     name_ = std::move(n);
     return *this;
@@ -57,11 +81,26 @@ class batch_stage {
 
   std::size_t max_size() const noexcept { return max_size_; }
   std::optional<std::chrono::nanoseconds> max_delay() const noexcept { return max_delay_; }
+  // The latency target and its percentile (0.99 or 0.95); nullopt: none.
+  std::optional<std::chrono::nanoseconds> target() const noexcept { return target_; }
+  double target_quantile() const noexcept { return quantile_; }
+  // How many targets were set (more than one is a config_error at construction).
+  int targets_set() const noexcept { return targets_set_; }
   const std::string& name() const noexcept { return name_; }
 
  private:
+  batch_stage& set_target(std::chrono::nanoseconds d, double q) {
+    target_ = d;
+    quantile_ = q;
+    ++targets_set_;
+    return *this;
+  }
+
   std::size_t max_size_;
   std::optional<std::chrono::nanoseconds> max_delay_;
+  std::optional<std::chrono::nanoseconds> target_;
+  double quantile_ = 0.99;
+  int targets_set_ = 0;
   std::string name_ = "batch";
 };
 
@@ -108,21 +147,133 @@ class batch_node {
         stats_((validate(stage_), 1)),
         batches_(stage_.max_size()),
         ring_name_("ring " + stage_.name()),
-        track_(ctl_.make_track(stage_.name())) {}
+        track_(ctl_.make_track(stage_.name())) {
+    if (const auto d = stage_.target()) {
+      CONVEYOR_EXPECTS(ctl_.feedback == nullptr,
+                       "batch '" + stage_.name() +
+                           "': only one batch stage of a pipeline may have a latency target; "
+                           "give the other batch stages max_delay instead");
+      target_ = std::make_unique<targeted>(
+          latency_target_config{d->count(), stage_.target_quantile(), stage_.max_size()});
+      ctl_.feedback = &target_->feedback;
+    }
+  }
 
   stage_info info() {
     stage_info i{stage_.name(), stage_kind::batch, in_->capacity(), &stats_};
     i.batches = &batches_;
+    if (target_) i.target = &target_->log;
     return i;
   }
   const metrics::batch_stats& batches() const noexcept { return batches_; }
   std::size_t max_size() const noexcept { return stage_.max_size(); }
 
   void start(thread_group& threads) {
-    spawn_stage_thread(threads, [this] { run(); });
+    if (target_)
+      spawn_stage_thread(threads, [this] { run_to_target(); });
+    else
+      spawn_stage_thread(threads, [this] { run(); });
   }
 
  private:
+  // A batch stage with a latency target: its controller, the way back from the
+  // pipeline's end, and what the report reads.
+  struct targeted {
+    explicit targeted(const latency_target_config& c)
+        : controller(c), log(c.target_ns, c.quantile) {}
+    latency_controller controller;
+    batch_feedback feedback;
+    metrics::latency_target_log log;
+  };
+
+  static std::chrono::steady_clock::time_point at(std::int64_t ns) noexcept {
+    return std::chrono::steady_clock::time_point{
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::nanoseconds{ns})};
+  }
+
+  // While the ring after the batch holds a batch, the batch waits in steps of this long
+  // (it looks at the ring again after each).
+  static constexpr std::int64_t hold_step_ns = 50'000;
+
+  // run() with a latency target: each batch waits and is cut as the controller says
+  // (detail/latency_controller.hpp), which learns from what comes back.
+  void run_to_target() noexcept {
+    ctl_.await_gate();
+    worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), ring_name_.c_str()};
+    latency_controller& lc = target_->controller;
+    const bool may_expire = ctl_.has_tickets();
+    const auto take_feedback = [&] {
+      while (const auto o = target_->feedback.take())
+        if (lc.completed(*o)) target_->log.record(lc.last_window(), lc.last_cause());
+    };
+    for (;;) {
+      auto first = probe.pop(*in_);
+      if (!first || ctl_.is_stopping()) {
+        if (first) ctl_.cancel(first->items());
+        break;
+      }
+      probe.occupancy(*in_);
+      if (may_expire && drop_expired(ctl_, stats_, *first) == 0) continue;
+      const std::int64_t first_at = now_ns();
+      take_feedback();
+      const control::entry_time entry = ctl_.entered(first->meta);
+      lc.arrived(first_at, entry.t0_ns != 0 ? first_at - entry.t0_ns : -1);
+      // The first item's entry: measured, or estimated from the items before it.
+      const std::int64_t t0 = entry.t0_ns != 0 ? entry.t0_ns : first_at - lc.upstream_ns();
+      const std::int64_t budget = lc.wait_ns(1);
+      envelope<out_type> b{out_type{}, first->meta, {}};
+      b.value.reserve(stage_.max_size());
+      b.metas.reserve(stage_.max_size());
+      add(b, std::move(*first));
+      bool timed_out = false;
+      std::int64_t now = first_at;
+      std::int64_t last_at = first_at;  // the last item's arrival
+      for (;;) {
+        // A backlog: the ring after the batch still holds a batch that the stages after
+        // it have not taken (the controller then holds this one until that is taken).
+        const bool backlog = out_->size_approx() != 0 && !ctl_.is_stopping();
+        const std::int64_t leave = lc.deadline(first_at, b.value.size(), backlog);
+        if (leave < 0) break;
+        probe.busy();
+        std::optional<envelope<In>> next;
+        if (leave != latency_controller::hold && now < leave) {
+          next = in_->pop_until(at(leave));
+        } else {
+          // Past the deadline the batch still takes what waits in the ring (those items
+          // would only wait for the next batch); holding, it waits a step at a time and
+          // looks at the backlog again.
+          next = in_->try_pop();
+          if (!next && leave == latency_controller::hold)
+            next = in_->pop_until(at(now + hold_step_ns));
+        }
+        probe.starved();
+        now = now_ns();
+        if (!next) {
+          if (in_->closed()) break;
+          if (leave == latency_controller::hold || now < leave) continue;
+          timed_out = true;
+          break;
+        }
+        lc.arrived(now, -1);
+        last_at = now;
+        if (!may_expire || drop_expired(ctl_, stats_, *next) != 0) add(b, std::move(*next));
+      }
+      probe.busy();
+      if (may_expire && drop_expired(ctl_, stats_, b) == 0) continue;
+      const std::uint64_t n = b.items();
+      lc.cut(b.value.size(), budget);
+      target_->feedback.sent(ctl_.seq_of(b.meta), {now_ns(), t0, n, last_at - first_at});
+      batches_.record(b.value.size(), timed_out);
+      probe.items(n);
+      if (ctl_.is_stopping() || !probe.push(*out_, std::move(b))) {
+        ctl_.cancel(n);
+        break;
+      }
+    }
+    out_->close();
+  }
+
   void run() noexcept {
     ctl_.await_gate();
     worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), ring_name_.c_str()};
@@ -185,6 +336,17 @@ class batch_node {
                      "batch '" + s.name() +
                          "': max_delay must be positive; leave it unset "
                          "for fixed-size batches");
+    if (!s.target()) return;
+    CONVEYOR_EXPECTS(s.targets_set() == 1,
+                     "batch '" + s.name() +
+                         "': set one latency target, target_p99(d) or target_p95(d), not both");
+    CONVEYOR_EXPECTS(s.target()->count() > 0, "batch '" + s.name() +
+                                                  "': the latency target must be positive, got " +
+                                                  std::to_string(s.target()->count()) + " ns");
+    CONVEYOR_EXPECTS(!s.max_delay(),
+                     "batch '" + s.name() +
+                         "': set either max_delay (a fixed wait) or a latency target "
+                         "(target_p99/target_p95: the batcher chooses the wait), not both");
   }
 
   static void add(envelope<out_type>& b, envelope<In>&& item) {
@@ -203,8 +365,9 @@ class batch_node {
   link<out_type>* out_;
   metrics::stage_stats stats_;
   metrics::batch_stats batches_;
-  std::string ring_name_;        // the trace counter of the input ring
-  metrics::trace_track* track_;  // nullptr: no trace
+  std::string ring_name_;             // the trace counter of the input ring
+  metrics::trace_track* track_;       // nullptr: no trace
+  std::unique_ptr<targeted> target_;  // null: no latency target
 };
 
 template <class In>

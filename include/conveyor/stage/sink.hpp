@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/thread_group.hpp"
 #include "conveyor/counters/nvtx.hpp"
+#include "conveyor/stage/detail/batch_feedback.hpp"
 #include "conveyor/stage/detail/control.hpp"
 #include "conveyor/stage/detail/envelope.hpp"
 #include "conveyor/stage/detail/link.hpp"
@@ -110,6 +112,8 @@ class terminal_node {
     // service's, by its ticket) or a sample of them (a source pipeline's: by id).
     const bool timed = latency_ != nullptr && probe.on();
     const bool every_item = ctl_.has_tickets();
+    // A batch stage with a latency target hears when its batches' first items come out.
+    batch_feedback* const feedback = ctl_.feedback;
     // One item: delivered, its latency recorded. false: the worker stops (the pipeline
     // is stopping, or the delivery threw), the item accounted for.
     bool stopped = false;
@@ -132,6 +136,9 @@ class terminal_node {
       if (timed && metas.empty() && (every_item || latency_sample_weight(meta.id) != 0))
           [[unlikely]]
         single = entry_of(meta);
+      std::optional<batch_feedback::sent_batch> first_of_batch;
+      if (feedback != nullptr) [[unlikely]]
+        first_of_batch = feedback->claim(ctl_.seq_of(meta));
       try {
         metrics::nvtx_range range{probe.span_name()};
         deliver_(std::move(in));
@@ -142,6 +149,8 @@ class terminal_node {
         return false;
       }
       probe.work_done();
+      if (first_of_batch) [[unlikely]]
+        feedback->returned(*first_of_batch, now_ns());
       if (timed && (single.t0_ns != 0 || !metas.empty())) [[unlikely]]
         record_latencies(single, metas);
       probe.items(n);  // counts as completed: see control::count_completions_of

@@ -378,6 +378,17 @@ TEST_CASE("verdict: batches leave on timeout, small, GPU idle -> under_batched")
   REQUIRE(r.verdict.kind == verdict_kind::under_batched);
   REQUIRE(r.verdict.stage == "batch");
   REQUIRE(r.verdict.summary.find("93%") != std::string::npos);
+  // A batcher with a latency target that it meets makes its small batches on purpose.
+  r.latency_target = m::latency_target_report{};
+  r.latency_target->windows = r.latency_target->windows_met = 20;
+  r.latency_target->met = true;
+  m::complete_report(r);
+  REQUIRE(r.verdict.kind != verdict_kind::under_batched);
+  // One that misses it is judged as any batcher.
+  r.latency_target->windows_met = 10;
+  r.latency_target->met = false;
+  m::complete_report(r);
+  REQUIRE(r.verdict.kind == verdict_kind::under_batched);
 }
 
 TEST_CASE("verdict: source busy, everything after it starved -> source_bound") {

@@ -14,7 +14,8 @@
 // (src/conveyor/control.cpp).
 // Thread-safety: the atomics and fail_current()/fail_items()/expire()/stop()/cancel()
 // from any thread; on_stop(), make_track(), use_tickets(), count_completions_of(),
-// isolate_failures and settle_alone during setup only (before any stage thread runs).
+// feedback, isolate_failures and settle_alone during setup only (before any stage
+// thread runs).
 #pragma once
 
 #include <atomic>
@@ -35,6 +36,7 @@
 #include "conveyor/counters/batch_stats.hpp"
 #include "conveyor/counters/failure_log.hpp"
 #include "conveyor/counters/lane_stats.hpp"
+#include "conveyor/counters/latency_target.hpp"
 #include "conveyor/counters/stage_stats.hpp"
 #include "conveyor/counters/trace.hpp"
 #include "conveyor/stage/detail/envelope.hpp"
@@ -45,6 +47,8 @@ namespace conveyor::detail {
 
 using metrics::stage_kind;
 
+class batch_feedback;  // stage/detail/batch_feedback.hpp
+
 // What a running stage tells the report: its identity and its counters.
 struct stage_info {
   stage_info(std::string n, stage_kind k, std::size_t capacity, const metrics::stage_stats* s)
@@ -54,9 +58,10 @@ struct stage_info {
   stage_kind kind = stage_kind::map;
   std::size_t input_capacity = 0;  // 0: no input ring (a source)
   const metrics::stage_stats* stats = nullptr;
-  metrics::gpu_stats* gpu = nullptr;              // the GPU segment's lanes
-  const metrics::batch_stats* batches = nullptr;  // a batch stage's fill
-  std::string_view runtime;                       // the GPU segment's runtime name
+  metrics::gpu_stats* gpu = nullptr;                    // the GPU segment's lanes
+  const metrics::batch_stats* batches = nullptr;        // a batch stage's fill
+  const metrics::latency_target_log* target = nullptr;  // a batch stage's latency target
+  std::string_view runtime;                             // the GPU segment's runtime name
 };
 
 // Shared by every stage of one pipeline run.
@@ -79,6 +84,11 @@ class control {
   // Setup only: where stage workers register while they run (the pipeline's placer);
   // null: nobody asks.
   worker_registry* workers = nullptr;
+
+  // Setup only: the batch stage with a latency target (at most one per pipeline), to
+  // which the terminal stage reports when each batch's first item is delivered; null:
+  // none.
+  batch_feedback* feedback = nullptr;
 
   // What an item's id stands for (see item_meta). A service pipeline (submit()) has one
   // entry per ticket, written by submit() before the item enters the first ring and
