@@ -429,7 +429,7 @@ TEST_CASE("latency_target_log: counts every window, keeps a bounded history") {
   REQUIRE(c.last_miss.kind == metrics::target_miss::tail);
 }
 
-TEST_CASE("batch_feedback: a batch's first item is claimed once; others and stale keys miss") {
+TEST_CASE("batch_feedback: a batch's first item is claimed once, others and stale keys miss") {
   detail::batch_feedback fb;
   fb.sent(100, {10, 4, 8});
   REQUIRE(!fb.claim(101));
