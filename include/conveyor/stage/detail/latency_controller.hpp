@@ -23,15 +23,11 @@
 //          date from a stall, and while it says "too slow" no batch of its size comes to
 //          correct it).
 //   u      the time from an item's entry into the pipeline to its arrival at the batch.
-//   gap    the time between arrivals at the batch (1/gap: the arrival rate).
+//   gap    the time between arrivals at the batch (1/gap: the arrival rate, reported).
 // The budget of the first (oldest) item of a batch, from its arrival at the batch to its
 // result, is B = d - u. A batch holding k items leaves
 //   - at once when k = max, or when a batch of k + 1 would not fit: s(k + 1) > B;
-//   - else at its first item's arrival + min(slack * (B - s(k + 1)), F), or when full,
-//     where F = 2 * (N - 1) * gap is about twice the time N items take to arrive, and N
-//     the least size at which the stages after the batch keep up with the arrivals at
-//     no more than 70% of their time (rate * s(N) <= 0.7 * N): waiting longer than that
-//     would add latency and no throughput;
+//   - else at its first item's arrival + slack * (B - s(k + 1)), or when full;
 //   - but while there is a backlog (the ring after the batch still holds a batch that
 //     the stages after it have not taken), it waits for more items until that one is
 //     taken or it is full, whatever the two rules above say: leaving now would only queue
@@ -144,27 +140,8 @@ class latency_controller {
     const std::int64_t budget = budget_ns();
     const std::int64_t next = service_ns(size + 1);
     if (next > budget) return -1;
-    const auto allowed = static_cast<std::int64_t>(slack_ * static_cast<double>(budget - next));
-    return std::min(allowed, fill_ns());
+    return static_cast<std::int64_t>(slack_ * static_cast<double>(budget - next));
   }
-
-  // The size the stages after the batch need to keep up with the arrivals at no more
-  // than busy_share of their time: the least n with rate * s(n) <= busy_share * n (max
-  // if none); 1 before any arrival gap is known.
-  std::size_t size_needed() const noexcept {
-    if (!gap_.known() || gap_.value <= 0) return 1;
-    for (std::size_t n = 1; n < c_.max_size; n = n < 4 ? n + 1 : n + n / 4)
-      if (static_cast<double>(service_ns(n)) <= busy_share * static_cast<double>(n) * gap_.value)
-        return n;
-    return c_.max_size;
-  }
-  // How long a batch needs, from its first item, to gather size_needed() items at the
-  // arrival rate, with room for the arrivals' spread (twice the mean time).
-  std::int64_t fill_ns() const noexcept {
-    if (!gap_.known()) return std::numeric_limits<std::int64_t>::max();
-    return static_cast<std::int64_t>(2.0 * static_cast<double>(size_needed() - 1) * gap_.value);
-  }
-  static constexpr double busy_share = 0.7;
   // What a batch whose first item arrived at first_at_ns and that holds `size` items
   // does now: leave (< 0), wait until the time returned for more items (then leave), or,
   // with a backlog after the batch, wait for more while the backlog lasts (hold).
