@@ -151,8 +151,9 @@ TEST_CASE("diagnosis: large device-to-host copies -> transfer_bound_d2h") {
 }
 
 TEST_CASE("diagnosis: the device computing all the time -> compute_bound") {
-  // 2 ms of device time per batch of 16 on two lanes; everything else is free.
-  const std::uint64_t n = items(16 * 600);
+  // 2 ms of device time per batch of 16 on two lanes; everything else is free. Not
+  // scaled (the kernels sleep): 0.6 s, well past verdict_thresholds::min_wall_s.
+  constexpr std::uint64_t n = 16 * 600;
   pipeline p{numbers(n) | batch(16) | segment({.lanes = 2, .kernel = 2000us}) | unbatch() |
                  sink([](item) {}),
              small_rings};
@@ -306,8 +307,9 @@ auto host_heavy_segment(std::chrono::microseconds in, std::chrono::microseconds 
 
 TEST_CASE("diagnosis: stage-out slower than the kernel -> the segment's host side, not the GPU") {
   // 4 ms of stage-out per batch on each lane's completion thread, 0.2 ms of kernel: the
-  // lanes wait for slots that stage-out has not released, and the device idles.
-  const std::uint64_t n = items(8 * 250);
+  // lanes wait for slots that stage-out has not released, and the device idles. Not
+  // scaled (the stage-outs sleep): 0.5 s, well past verdict_thresholds::min_wall_s.
+  constexpr std::uint64_t n = 8 * 250;
   pipeline p{
       numbers(n) | batch(8) | host_heavy_segment(0us, 4000us) | unbatch() | sink([](item) {}),
       small_rings};
@@ -327,7 +329,7 @@ TEST_CASE("diagnosis: stage-out slower than the kernel -> the segment's host sid
 }
 
 TEST_CASE("diagnosis: stage-in slower than the kernel -> the segment's host side, stage-in") {
-  const std::uint64_t n = items(8 * 250);
+  constexpr std::uint64_t n = 8 * 250;  // not scaled, as above
   pipeline p{
       numbers(n) | batch(8) | host_heavy_segment(4000us, 0us) | unbatch() | sink([](item) {}),
       small_rings};
