@@ -20,7 +20,11 @@
 // With a GPU the model is conveyor_models::mlp (cuBLAS); without one the host runtime
 // runs conveyor_models::cpu_mlp, and the program says so.
 //
-//   ./build/examples/online_serving [requests_per_second] [seconds] [max_delay_us]
+//   ./build/examples/online_serving [requests_per_second] [seconds] [max_delay_us] [p99_target_us]
+//
+// With p99_target_us > 0 the batcher holds a latency target instead of the fixed delay:
+// batch(max).target_p99(p99_target_us) chooses its delay and batch size while it runs, and
+// the report shows what it chose and whether the target held.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -146,8 +150,9 @@ double percentile(std::vector<double>& v, double p) {
 }
 
 template <class R>
-int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::mlp_options o,
-          std::size_t max_batch, std::size_t lanes) {
+int serve(double rate, double seconds, std::chrono::microseconds max_delay,
+          std::chrono::microseconds p99_target, cm::mlp_options o, std::size_t max_batch,
+          std::size_t lanes) {
   const std::size_t n = o.shape.input;
   o.lanes = lanes;
   o.max_items = max_batch;
@@ -188,7 +193,9 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
           .workers(2)
           .ordered()
           .name("prepare") |
-      conveyor::batch(max_batch).max_delay(max_delay) | std::move(segment) | conveyor::unbatch()};
+      (p99_target.count() > 0 ? conveyor::batch(max_batch).target_p99(p99_target)
+                              : conveyor::batch(max_batch).max_delay(max_delay)) |
+      std::move(segment) | conveyor::unbatch()};
 
   // Room for every request the run can send: the arrivals are capped at 4x the mean.
   const auto max_requests = static_cast<std::size_t>(4 * rate * seconds) + 64;
@@ -246,11 +253,13 @@ int serve(double rate, double seconds, std::chrono::microseconds max_delay, cm::
       static_cast<unsigned long long>(log.failed_alone),
       static_cast<long long>(tight_deadline.count()), static_cast<unsigned long long>(log.expired),
       static_cast<unsigned long long>(log.unexpected));
+  const std::string rule = p99_target.count() > 0
+                               ? "P99 target " + std::to_string(p99_target.count()) + " us"
+                               : "max delay " + std::to_string(max_delay.count()) + " us";
   std::printf(
-      "dynamic batching (warm-up included): max %zu, max delay %lld us; mean batch %.1f, "
+      "dynamic batching (warm-up included): max %zu, %s; mean batch %.1f, "
       "%llu of %llu batches left on the delay\n",
-      max_batch, static_cast<long long>(max_delay.count()),
-      r.batching ? r.batching->mean_size : 0.0,
+      max_batch, rule.c_str(), r.batching ? r.batching->mean_size : 0.0,
       static_cast<unsigned long long>(r.batching ? r.batching->flushed_on_timeout : 0),
       static_cast<unsigned long long>(r.batching ? r.batching->batches : 0));
   std::printf("served latency (submit -> result):  P50 %.2f ms   P95 %.2f ms   P99 %.2f ms\n",
@@ -276,10 +285,11 @@ int main(int argc, char** argv) {
     const double rate = argc > 1 ? std::strtod(argv[1], nullptr) : 2000.0;
     const double seconds = argc > 2 ? std::strtod(argv[2], nullptr) : 2.0;
     const std::chrono::microseconds max_delay{argc > 3 ? std::strtoll(argv[3], nullptr, 10) : 2000};
-    if (!(rate > 0) || !(seconds > 0) || max_delay.count() < 0) {
-      std::fprintf(
-          stderr,
-          "usage: online_serving [requests_per_second > 0] [seconds > 0] [max_delay_us >= 0]\n");
+    const std::chrono::microseconds p99_target{argc > 4 ? std::strtoll(argv[4], nullptr, 10) : 0};
+    if (!(rate > 0) || !(seconds > 0) || max_delay.count() < 0 || p99_target.count() < 0) {
+      std::fprintf(stderr,
+                   "usage: online_serving [requests_per_second > 0] [seconds > 0] "
+                   "[max_delay_us >= 0] [p99_target_us >= 0 (0: none, the fixed delay)]\n");
       return 2;
     }
     cm::mlp_options o;
@@ -287,14 +297,14 @@ int main(int argc, char** argv) {
     if (conveyor::cuda::device_count() > 0) {
       std::printf("online_serving: runtime cuda (cuBLAS MLP)\n");
       o.shape = {.input = 784, .hidden = 1024, .layers = 4, .classes = 10};
-      return serve<conveyor::cuda::runtime>(rate, seconds, max_delay, o, 64, 2);
+      return serve<conveyor::cuda::runtime>(rate, seconds, max_delay, p99_target, o, 64, 2);
     }
     std::printf("online_serving: no CUDA device answers: running on the host runtime\n");
 #else
     std::printf("online_serving: built without CUDA: running on the host runtime\n");
 #endif
     o.shape = {.input = 256, .hidden = 128, .layers = 3, .classes = 10};
-    return serve<conveyor::host::runtime>(rate, seconds, max_delay, o, 32, 2);
+    return serve<conveyor::host::runtime>(rate, seconds, max_delay, p99_target, o, 32, 2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "online_serving: %s\n", e.what());
     return 1;
