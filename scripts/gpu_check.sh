@@ -17,6 +17,13 @@
 #                             memcheck over every non-[gate] case, initcheck and the demo
 #          DEADLINE_S (0)     > 0: steps are cut (timeout) or skipped so that the script
 #                             ends within this many seconds: fits a short device lease
+#          STEPS              which steps, in this order (default: all of them):
+#                             tests examples bench sanitize tuning host
+#                             tuning: mlp_inference --autotune; online_serving with a fixed
+#                             delay, then with a P99 target, at one rate
+#                             host: bench_rings' SPSC regimes and bench_pipeline's trivial
+#                             and bare chains on the GPU machine's CPUs (host-only
+#                             binaries, in <build_dir>/benchmarks)
 #
 # The binaries may be copied to the GPU machine without the rest of the tree: the script
 # needs <build_dir>/{tests/gpu_tests, examples/*, benchmarks/bench_inference} and
@@ -60,6 +67,9 @@ run() {  # run <log> <timeout_s> <command...>: logs, reports the exit status, re
   return $rc
 }
 
+steps=" ${STEPS:-tests examples bench sanitize tuning host} "
+want() { [[ "$steps" == *" $1 "* ]]; }
+
 step device
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
   --format=csv,noheader || {
@@ -68,11 +78,14 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm 
 }
 nproc
 
+if want tests; then
 step gpu_tests
 run gpu_tests.log 300 "$build/tests/gpu_tests" --durations yes
 grep -E "^[0-9.]+ s: " "$out/gpu_tests.log" | sort -rn | head -n 8
 tail -n 3 "$out/gpu_tests.log"
+fi
 
+if want examples; then
 step examples
 run mlp_fp32.log 120 "$build/examples/mlp_inference" "${data[@]}" --runs "$runs"
 run mlp_fp16_graphs.log 120 "$build/examples/mlp_inference" "${data[@]}" --runs "$runs" \
@@ -80,9 +93,10 @@ run mlp_fp16_graphs.log 120 "$build/examples/mlp_inference" "${data[@]}" --runs 
 run mlp_thrust.log 120 "$build/examples/mlp_inference" "${data[@]}" --runs "$runs" --thrust
 grep -h -E "accuracy|ratio|labels" "$out"/mlp_*.log
 run online_serving.log 60 "$build/examples/online_serving" 20000 3
-grep -E "client latency" "$out/online_serving.log"
+grep -E "served latency" "$out/online_serving.log"
+fi
 
-if [ "$bench_filter" != none ]; then
+if want bench && [ "$bench_filter" != none ]; then
   step bench_inference
   export CONVEYOR_BENCH_REPORTS=1
   run bench_inference.log 420 "$build/benchmarks/bench_inference" \
@@ -92,7 +106,7 @@ if [ "$bench_filter" != none ]; then
   python3 benchmarks/summarize.py "$out/inf.json"
 fi
 
-if [ "$sanitize" != none ]; then
+if want sanitize && [ "$sanitize" != none ]; then
   step compute-sanitizer
   san="compute-sanitizer --error-exitcode 9"
   tests="$build/tests/gpu_tests"
@@ -114,5 +128,29 @@ if [ "$sanitize" != none ]; then
   fi
   grep -h "ERROR SUMMARY\|RACECHECK SUMMARY\|LEAK SUMMARY" "$out"/*check*.log
 fi
+if want tuning; then
+  step tuning
+  run autotune.log 120 "$build/examples/mlp_inference" "${data[@]}" --autotune
+  tail -n 25 "$out/autotune.log"
+  serving_rate=${SERVING_RATE:-20000}
+  run serving_fixed.log 60 "$build/examples/online_serving" "$serving_rate" 3 2000 0
+  run serving_target.log 60 "$build/examples/online_serving" "$serving_rate" 3 2000 5000
+  grep -h -E "dynamic batching|served latency|latency target|missed:|met in" \
+    "$out"/serving_fixed.log "$out"/serving_target.log
+fi
+
+if want host; then
+  step host benchmarks
+  grep -m1 "model name" /proc/cpuinfo
+  run rings.log 150 "$build/benchmarks/bench_rings" --benchmark_filter='spsc/.*/[0-9]+/[0-9]+B/' \
+    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_out="$out/rings.json" --benchmark_out_format=json
+  run pipeline.log 90 "$build/benchmarks/bench_pipeline" \
+    --benchmark_filter='conveyor/trivial/workers:1/metrics:o|bare/trivial|tbb/trivial' \
+    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    --benchmark_out="$out/pipe.json" --benchmark_out_format=json
+  grep -h "_median" "$out/pipeline.log"
+fi
+
 echo "gpu_check: exit $status"
 exit $status
