@@ -169,10 +169,11 @@ class batch_node {
   std::size_t max_size() const noexcept { return stage_.max_size(); }
 
   void start(thread_group& threads) {
+    may_expire_ = ctl_.has_tickets();
     if (target_)
-      spawn_stage_thread(threads, [this] { run_to_target(); });
+      spawn_stage_thread(threads, [this] { run(target_fill{*this}); });
     else
-      spawn_stage_thread(threads, [this] { run(); });
+      spawn_stage_thread(threads, [this] { run(fixed_fill{*this}); });
   }
 
  private:
@@ -196,17 +197,15 @@ class batch_node {
   // (it looks at the ring again after each).
   static constexpr std::int64_t hold_step_ns = 50'000;
 
-  // run() with a latency target: each batch waits and is cut as the controller says
-  // (detail/latency_controller.hpp), which learns from what comes back.
-  void run_to_target() noexcept {
+  // The loop both kinds of batch share: take a first item, open a batch with it, let
+  // `fill` add to it until it leaves (fill.fill(probe, b) returns whether it left on
+  // time rather than full), then send it on (fill.leaving(b) first). A service's items
+  // whose deadline passed are dropped as they come, and again as the batch leaves (they
+  // may expire while it fills).
+  template <class Fill>
+  void run(Fill fill) noexcept {
     ctl_.await_gate();
     worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), ring_name_.c_str()};
-    latency_controller& lc = target_->controller;
-    const bool may_expire = ctl_.has_tickets();
-    const auto take_feedback = [&] {
-      while (const auto o = target_->feedback.take())
-        if (lc.completed(*o)) target_->log.record(lc.last_window(), lc.last_cause());
-    };
     for (;;) {
       auto first = probe.pop(*in_);
       if (!first || ctl_.is_stopping()) {
@@ -214,56 +213,16 @@ class batch_node {
         break;
       }
       probe.occupancy(*in_);
-      if (may_expire && drop_expired(ctl_, stats_, *first) == 0) continue;
-      const std::int64_t first_at = now_ns();
-      take_feedback();
-      const control::entry_time entry = ctl_.entered(first->meta);
-      lc.arrived(first_at, entry.t0_ns != 0 ? first_at - entry.t0_ns : -1);
-      // The first item's entry: measured, or estimated from the items before it.
-      const std::int64_t t0 = entry.t0_ns != 0 ? entry.t0_ns : first_at - lc.upstream_ns();
-      const std::int64_t budget = lc.wait_ns(1);
+      if (may_expire_ && drop_expired(ctl_, stats_, *first) == 0) continue;
       envelope<out_type> b{out_type{}, first->meta, {}};
       b.value.reserve(stage_.max_size());
       b.metas.reserve(stage_.max_size());
       add(b, std::move(*first));
-      bool timed_out = false;
-      std::int64_t now = first_at;
-      std::int64_t last_at = first_at;  // the last item's arrival
-      for (;;) {
-        // A backlog: the ring after the batch still holds a batch that the stages after
-        // it have not taken (the controller then holds this one until that is taken).
-        const bool backlog = out_->size_approx() != 0 && !ctl_.is_stopping();
-        const std::int64_t leave = lc.deadline(first_at, b.value.size(), backlog);
-        if (leave < 0) break;
-        probe.busy();
-        std::optional<envelope<In>> next;
-        if (leave != latency_controller::hold && now < leave) {
-          next = in_->pop_until(at(leave));
-        } else {
-          // Past the deadline the batch still takes what waits in the ring (those items
-          // would only wait for the next batch); holding, it waits a step at a time and
-          // looks at the backlog again.
-          next = in_->try_pop();
-          if (!next && leave == latency_controller::hold)
-            next = in_->pop_until(at(now + hold_step_ns));
-        }
-        probe.starved();
-        now = now_ns();
-        if (!next) {
-          if (in_->closed()) break;
-          if (leave == latency_controller::hold || now < leave) continue;
-          timed_out = true;
-          break;
-        }
-        lc.arrived(now, -1);
-        last_at = now;
-        if (!may_expire || drop_expired(ctl_, stats_, *next) != 0) add(b, std::move(*next));
-      }
+      const bool timed_out = fill.fill(probe, b);
       probe.busy();
-      if (may_expire && drop_expired(ctl_, stats_, b) == 0) continue;
+      if (may_expire_ && drop_expired(ctl_, stats_, b) == 0) continue;
       const std::uint64_t n = b.items();
-      lc.cut(b.value.size(), budget);
-      target_->feedback.sent(ctl_.seq_of(b.meta), {now_ns(), t0, n, last_at - first_at});
+      fill.leaving(b);
       batches_.record(b.value.size(), timed_out);
       probe.items(n);
       if (ctl_.is_stopping() || !probe.push(*out_, std::move(b))) {
@@ -274,59 +233,95 @@ class batch_node {
     out_->close();
   }
 
-  void run() noexcept {
-    ctl_.await_gate();
-    worker_probe probe{ctl_, stats_, 0, track_, stage_.name().c_str(), ring_name_.c_str()};
-    const std::size_t max = stage_.max_size();
-    const auto delay = stage_.max_delay();
-    const bool may_expire = ctl_.has_tickets();
-    for (;;) {
-      auto first = probe.pop(*in_);
-      if (!first || ctl_.is_stopping()) {
-        if (first) ctl_.cancel(first->items());
-        break;
-      }
-      probe.occupancy(*in_);
-      // A service's items whose deadline passed are dropped as they come, and again as
-      // the batch leaves (they may expire while it fills).
-      if (may_expire && drop_expired(ctl_, stats_, *first) == 0) continue;
-      envelope<out_type> b{out_type{}, first->meta, {}};
-      b.value.reserve(max);
-      b.metas.reserve(max);
-      add(b, std::move(*first));
+  // Takes an item into the batch unless it expired (a service's deadline).
+  void take(envelope<out_type>& b, envelope<In>&& item) {
+    if (!may_expire_ || drop_expired(ctl_, stats_, item) != 0) add(b, std::move(item));
+  }
+
+  // A fixed batch: full at max_size, or (with max_delay) when the delay has passed since
+  // its first item.
+  struct fixed_fill {
+    batch_node& node;
+    bool fill(worker_probe& probe, envelope<out_type>& b) noexcept {
+      const std::size_t max = node.stage_.max_size();
+      const auto delay = node.stage_.max_delay();
       const auto deadline =
           std::chrono::steady_clock::now() + (delay ? *delay : std::chrono::nanoseconds::zero());
-      bool timed_out = false;
       while (b.value.size() < max) {
         probe.busy();
-        auto next = delay ? in_->pop_until(deadline) : in_->pop();
+        auto next = delay ? node.in_->pop_until(deadline) : node.in_->pop();
         probe.starved();
-        if (!next) {
-          timed_out = delay.has_value() && !in_->closed();
-          break;
-        }
-        if (!may_expire || drop_expired(ctl_, stats_, *next) != 0) add(b, std::move(*next));
+        if (!next) return delay.has_value() && !node.in_->closed();
+        node.take(b, std::move(*next));
         // The ring may hand over an item after the deadline (its spin and yield phases
         // do not look at the clock, and on a busy core they can outlast the gap between
         // items): the batch still leaves now, or it would stay open for as long as items
         // keep coming.
-        if (delay && b.value.size() < max && std::chrono::steady_clock::now() >= deadline) {
-          timed_out = true;
-          break;
-        }
+        if (delay && b.value.size() < max && std::chrono::steady_clock::now() >= deadline)
+          return true;
       }
-      probe.busy();
-      if (may_expire && drop_expired(ctl_, stats_, b) == 0) continue;
-      const std::uint64_t n = b.items();
-      batches_.record(b.value.size(), timed_out);
-      probe.items(n);
-      if (ctl_.is_stopping() || !probe.push(*out_, std::move(b))) {
-        ctl_.cancel(n);
-        break;
+      return false;
+    }
+    void leaving(const envelope<out_type>&) noexcept {}
+  };
+
+  // A batch with a latency target: it waits and is cut as the controller says
+  // (detail/latency_controller.hpp), which learns from what comes back.
+  struct target_fill {
+    batch_node& node;
+    latency_controller& lc = node.target_->controller;
+    // The batch being filled: when its first item came, when that item entered the
+    // pipeline, the wait budget the controller gave it, when its last item came.
+    std::int64_t first_at = 0, t0 = 0, budget = 0, last_at = 0;
+
+    bool fill(worker_probe& probe, envelope<out_type>& b) noexcept {
+      control& ctl = node.ctl_;
+      first_at = now_ns();
+      while (const auto o = node.target_->feedback.take())
+        if (lc.completed(*o)) node.target_->log.record(lc.last_window(), lc.last_cause());
+      const control::entry_time entry = ctl.entered(b.meta);
+      lc.arrived(first_at, entry.t0_ns != 0 ? first_at - entry.t0_ns : -1);
+      // The first item's entry: measured, or estimated from the items before it.
+      t0 = entry.t0_ns != 0 ? entry.t0_ns : first_at - lc.upstream_ns();
+      budget = lc.wait_ns(1);
+      std::int64_t now = first_at;
+      last_at = first_at;
+      for (;;) {
+        // A backlog: the ring after the batch still holds a batch that the stages after
+        // it have not taken (the controller then holds this one until that is taken).
+        const bool backlog = node.out_->size_approx() != 0 && !ctl.is_stopping();
+        const std::int64_t leave = lc.deadline(first_at, b.value.size(), backlog);
+        if (leave < 0) return false;
+        probe.busy();
+        std::optional<envelope<In>> next;
+        if (leave != latency_controller::hold && now < leave) {
+          next = node.in_->pop_until(at(leave));
+        } else {
+          // Past the deadline the batch still takes what waits in the ring (those items
+          // would only wait for the next batch); holding, it waits a step at a time and
+          // looks at the backlog again.
+          next = node.in_->try_pop();
+          if (!next && leave == latency_controller::hold)
+            next = node.in_->pop_until(at(now + hold_step_ns));
+        }
+        probe.starved();
+        now = now_ns();
+        if (!next) {
+          if (node.in_->closed()) return false;
+          if (leave == latency_controller::hold || now < leave) continue;
+          return true;
+        }
+        lc.arrived(now, -1);
+        last_at = now;
+        node.take(b, std::move(*next));
       }
     }
-    out_->close();
-  }
+    void leaving(const envelope<out_type>& b) noexcept {
+      lc.cut(b.value.size(), budget);
+      node.target_->feedback.sent(node.ctl_.seq_of(b.meta),
+                                  {now_ns(), t0, b.items(), last_at - first_at});
+    }
+  };
 
   static void validate(const batch_stage& s) {
     CONVEYOR_EXPECTS(s.max_size() >= 1 && s.max_size() <= max_batch_size,
@@ -368,6 +363,7 @@ class batch_node {
   std::string ring_name_;             // the trace counter of the input ring
   metrics::trace_track* track_;       // nullptr: no trace
   std::unique_ptr<targeted> target_;  // null: no latency target
+  bool may_expire_ = false;           // a service's items carry deadlines (set in start())
 };
 
 template <class In>
