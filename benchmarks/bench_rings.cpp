@@ -13,6 +13,8 @@
 //                                    1<<20 items per iteration, the consumers check the sum
 //   idle/Q                           a consumer blocked in pop() on an empty ring for 1 s:
 //                                    its own thread CPU time, as cpu_us_per_s
+// "conveyor" is spsc_ring's default layout (cached_head), "conveyor-turns" its slot_turns
+// layout, the one a pipeline's links use.
 // "try" spins on try_push/try_pop (pause, and a yield every 64 failures so a waiting thread
 // hands back a shared core); "block" uses the queue's blocking calls. Peers: a std::mutex +
 // two std::condition_variable bounded queue ("mutex"), boost::lockfree ("boost", no blocking
@@ -161,7 +163,7 @@ struct no_state {};
 // ---------------------------------------------------------------------------------------
 // Adapters: one shape for every queue. try_push/try_pop never block; push/pop block.
 
-template <class E = item>
+template <class E = item, conveyor::spsc_layout L = conveyor::spsc_layout::cached_head>
 struct conveyor_spsc_of {
   static constexpr bool has_block = true;
   using value_type = E;
@@ -174,9 +176,11 @@ struct conveyor_spsc_of {
   bool try_pop(consumer&, E& v) { return q.try_pop(v); }
   void push(producer&, const E& v) { q.push(v); }
   void pop(consumer&, E& v) { v = *q.pop(); }
-  conveyor::spsc_ring<E> q;
+  conveyor::spsc_ring<E, L> q;
 };
 using conveyor_spsc = conveyor_spsc_of<>;
+// The layout a pipeline's links use (stage/detail/link.hpp).
+using conveyor_spsc_turns = conveyor_spsc_of<item, conveyor::spsc_layout::slot_turns>;
 
 struct conveyor_mpmc {
   static constexpr bool has_block = true;
@@ -632,6 +636,9 @@ void add_spsc_regime() {
   };
   one.template operator()<conveyor_spsc_of<E>>("conveyor", false);
   one.template operator()<conveyor_spsc_of<E>>("conveyor", true);
+  using turns = conveyor_spsc_of<E, conveyor::spsc_layout::slot_turns>;
+  one.template operator()<turns>("conveyor-turns", false);
+  one.template operator()<turns>("conveyor-turns", true);
   one.template operator()<boost_spsc<Cap, E>>("boost", false);
   one.template operator()<lamport_spsc<0, E>>("lamport-packed", false);
   one.template operator()<lamport_spsc<64, E>>("lamport-pad64", false);
@@ -648,6 +655,7 @@ void add_spsc_regimes() {
 template <std::size_t Cap>
 void add_spsc_family() {
   add_spsc<conveyor_spsc>("conveyor", Cap);
+  add_spsc<conveyor_spsc_turns>("conveyor-turns", Cap);
   add_spsc<boost_spsc<Cap>>("boost", Cap);
   add_spsc<moodycamel_spsc>("moodycamel", Cap);  // try path: plain ReaderWriterQueue
   add_spsc<moodycamel_spsc_blocking>("moodycamel", Cap, /*with_try=*/false);

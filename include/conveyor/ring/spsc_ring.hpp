@@ -8,24 +8,33 @@
 //                                            //   closed *and* drained
 //   ring.drain([&](job&& j) noexcept { use(j); return true; }, 32);  // a burst, in order
 //   ring.close();                            // any thread: wakes both sides
+//   conveyor::spsc_ring<job, conveyor::spsc_layout::slot_turns> hop{1024};  // the other layout
 //
-// Lamport's ring with a cached index on the producer's side (as rigtorp's SPSCQueue) and a
-// turn number in each slot on the consumer's. The producer owns the tail and keeps a
-// private copy of the consumer's head, which it reads only when its copy says the ring is
-// full. Each slot holds an element and the 32-bit position it was written for (plus 1):
-// the consumer finds its next element by looking at that slot alone, and never reads the
-// producer's index. Each index shares its cache line with nothing the other side writes
-// in the steady state. So the only lines that travel between the cores are the slots'
-// own, once each, from the producer to the consumer (the consumer writes nothing into a
-// slot), and the head's line when the producer has caught up with the consumer; a
-// consumer that has caught up waits on the slot it will read, not on the producer's
-// index line, which the producer then keeps. The turn numbers cost 4 bytes a slot (more
-// where T's alignment pads them). Blocking calls spin briefly, then sleep
-// (detail::wait_point). A consumer that sleeps registers in the producer's line, which
-// each push looks at anyway; a producer sleeps only on a full ring, so each pop first
-// looks at the slot just behind its own (a line it has just read) and at the producer's
-// sleeper word only when that slot says the ring was full. The closed flag, written
-// once, sits with the read-only fields.
+// Two layouts, the same calls and guarantees. Which one moves more items depends on the
+// host, the element size and which side catches up (benchmarks/RESULTS.md, "Rings"):
+// - cached_head (the default): what follows.
+// - slot_turns: the producer, too, looks at the slot it is about to fill instead of the
+//   consumer's index (the consumer hands each slot back by writing its next turn), so the
+//   only lines that travel are the slots'. A pipeline's links use it: its chains of small
+//   stages move more items over it.
+//
+// cached_head: Lamport's ring with a cached index on the producer's side (as rigtorp's
+// SPSCQueue) and a turn number in each slot on the consumer's. The producer owns the tail
+// and keeps a private copy of the consumer's head, which it reads only when its copy says
+// the ring is full. Each slot holds an element and the 32-bit position it was written for
+// (plus 1): the consumer finds its next element by looking at that slot alone, and never
+// reads the producer's index. Each index shares its cache line with nothing the other side
+// writes in the steady state. So the only lines that travel between the cores are the
+// slots' own, once each, from the producer to the consumer (the consumer writes nothing
+// into a slot), and the head's line when the producer has caught up with the consumer; a
+// consumer that has caught up waits on the slot it will read, not on the producer's index
+// line, which the producer then keeps. The turn numbers cost 4 bytes a slot (more where
+// T's alignment pads them). Blocking calls spin briefly, then sleep (detail::wait_point).
+// A consumer that sleeps registers in the producer's line, which each push looks at
+// anyway; a producer sleeps only on a full ring, so each pop first looks at the slot just
+// behind its own (a line it has just read) and at the producer's sleeper word only when
+// that slot says the ring was full. The closed flag, written once, sits with the read-only
+// fields.
 //
 // Exception guarantees (T's constructor and move constructor may throw; its destructor
 // may not): a try_push / try_emplace / push whose construction throws adds nothing and
@@ -58,7 +67,10 @@
 
 namespace conveyor {
 
-template <class T>
+// How an spsc_ring's producer learns that a slot is free again (see the header comment).
+enum class spsc_layout { cached_head, slot_turns };
+
+template <class T, spsc_layout Layout = spsc_layout::cached_head>
 class spsc_ring {
   static_assert(std::is_nothrow_destructible_v<T>, "spsc_ring: T must be nothrow destructible");
   static_assert(std::is_move_constructible_v<T>, "spsc_ring: T must be move constructible");
@@ -71,10 +83,11 @@ class spsc_ring {
       : capacity_((detail::check_ring_capacity("spsc_ring", capacity), capacity)),
         mask_(capacity - 1),
         slots_(capacity) {
-    // Slot i's first turn is position i: until then it holds a turn no position reads
-    // (0; the consumer asks slot i for i + 1, i + 1 + capacity, ...). Published with the
-    // ring itself.
-    for (std::size_t i = 0; i < capacity; ++i) ::new (static_cast<void*>(slots_.data() + i)) slot{};
+    // Slot i holds turn i: free for position i (slot_turns), and a turn the consumer,
+    // which asks slot i for i + 1, i + 1 + capacity, ..., never reads as an element.
+    // Published with the ring itself.
+    for (std::size_t i = 0; i < capacity; ++i)
+      ::new (static_cast<void*>(slots_.data() + i)) slot(free_turn(i));
   }
 
   ~spsc_ring() {
@@ -259,13 +272,16 @@ class spsc_ring {
     // relaxed: an advisory refusal (see close()).
     if (closed_.load(std::memory_order_relaxed)) return false;
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
-    if (tail - producer_.head_cache == capacity_) {
-      // acquire: pairs with the release store of head in take() / drain(); the
+    slot& s = slots_.data()[tail & mask_];
+    if constexpr (Layout == spsc_layout::slot_turns) {
+      // acquire: pairs with the release store of the free turn in release(); the
       // consumer's move-out and destruction of that slot happen-before we fill it.
+      if (s.turn.load(std::memory_order_acquire) != free_turn(tail)) return false;  // full
+    } else if (tail - producer_.head_cache == capacity_) {
+      // acquire: pairs with the release store of head in release(); as above.
       producer_.head_cache = consumer_.head.load(std::memory_order_acquire);
       if (tail - producer_.head_cache == capacity_) return false;  // full
     }
-    slot& s = slots_.data()[tail & mask_];
     ::new (static_cast<void*>(s.bytes)) T(std::forward<Args>(args)...);  // may throw:
     // nothing is published then.
     // release: pairs with the acquire load of the turn in takable(); the construction
@@ -279,10 +295,11 @@ class spsc_ring {
 
   // The producer: room for one more (for a blocked push's wait).
   bool has_room() const noexcept {
+    const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
     // acquire: as in emplace().
-    return producer_.tail.load(std::memory_order_relaxed) -
-               consumer_.head.load(std::memory_order_acquire) <
-           capacity_;
+    if constexpr (Layout == spsc_layout::slot_turns)
+      return slots_.data()[tail & mask_].turn.load(std::memory_order_acquire) == free_turn(tail);
+    return tail - consumer_.head.load(std::memory_order_acquire) < capacity_;
   }
 
   // The consumer: whether the element at position head (its own) is there.
@@ -295,6 +312,12 @@ class spsc_ring {
   // apart (capacity <= 2^30) never share one, and a slot's turn is rewritten every lap.
   static std::uint32_t turn_of(std::size_t pos) noexcept {
     return static_cast<std::uint32_t>(pos + 1);
+  }
+  // The turn a slot holds while it is free for position pos (slot_turns; cached_head
+  // writes it only at construction). pos and pos + 1 never meet a lap apart (capacity
+  // >= 2).
+  static std::uint32_t free_turn(std::size_t pos) noexcept {
+    return static_cast<std::uint32_t>(pos);
   }
 
   // The consumer takes the element at position head (takable): moved once, straight into
@@ -319,6 +342,17 @@ class spsc_ring {
   // and its slot goes back to the producer.
   CONVEYOR_HOT_INLINE void release(std::size_t head) noexcept {
     std::destroy_at(element(head));
+    if constexpr (Layout == spsc_layout::slot_turns) {
+      // release: pairs with the acquire load of the turn in emplace() / has_room(); the
+      // move-out and the destruction happen-before the producer fills the slot again.
+      slots_.data()[head & mask_].turn.store(free_turn(head + capacity_),
+                                             std::memory_order_release);
+      // relaxed: read only by size_approx() (an estimate) and the destructor.
+      consumer_.head.store(head + 1, std::memory_order_relaxed);
+      // The consumer's own line: notify() costs a load of a line it holds.
+      not_full_.notify();
+      return;
+    }
     // release: pairs with the acquire load of head in emplace() / has_room(); the move-out
     // and the destruction happen-before the producer fills the slot again.
     consumer_.head.store(head + 1, std::memory_order_release);
@@ -342,13 +376,14 @@ class spsc_ring {
   }
 
   struct slot {
-    std::atomic<std::uint32_t> turn{0};
-    alignas(T) unsigned char bytes[sizeof(T)];
+    explicit slot(std::uint32_t t) noexcept : turn(t) {}
+    std::atomic<std::uint32_t> turn;
+    alignas(T) unsigned char bytes[sizeof(T)];  // the element, while it holds one
   };
 
   // The producer's line: how many elements it has pushed and its copy of the consumer's
-  // head (both written by the producer only), and where a sleeping consumer registers
-  // (not_empty_'s waiting word, written when it sleeps). The producer reads all three on
+  // head (cached_head; both written by the producer only), and where a sleeping consumer
+  // registers (not_empty_'s waiting word, written when it sleeps). The producer reads all three on
   // every push.
   struct alignas(cache_line_size) producer_side {
     std::atomic<std::size_t> tail{0};

@@ -1,5 +1,5 @@
-// spsc_ring: single-thread semantics, lifetimes, close/drain, wake-ups, a 10M-item
-// in-order stress test and the consumer's view of the size.
+// spsc_ring, in both layouts: single-thread semantics, lifetimes, close/drain, wake-ups,
+// a 10M-item in-order stress test and the consumer's view of the size.
 #include "conveyor/ring/spsc_ring.hpp"
 
 #include <catch2/catch.hpp>
@@ -17,49 +17,71 @@
 #include "conveyor/base/cpu_relax.hpp"
 #include "ring_tests.hpp"
 
-using conveyor::spsc_ring;
+using conveyor::spsc_layout;
 namespace t = conveyor::test;
 
-TEST_CASE("spsc_ring: noexcept follows the element type") {
-  t::check_noexcept_follows_element<spsc_ring>();
+// The two layouts, as types for TEMPLATE_TEST_CASE: TestType::ring<T> is the ring.
+struct cached_head {
+  template <class T>
+  using ring = conveyor::spsc_ring<T, spsc_layout::cached_head>;
+};
+struct slot_turns {
+  template <class T>
+  using ring = conveyor::spsc_ring<T, spsc_layout::slot_turns>;
+};
+
+TEMPLATE_TEST_CASE("spsc_ring: noexcept follows the element type", "", cached_head, slot_turns) {
+  t::check_noexcept_follows_element<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: bad capacities throw config_error naming the fix") {
-  t::check_capacity_errors<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: bad capacities throw config_error naming the fix", "", cached_head,
+                   slot_turns) {
+  t::check_capacity_errors<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: random single-thread operations match a deque") {
-  t::check_against_model<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: random single-thread operations match a deque", "", cached_head,
+                   slot_turns) {
+  t::check_against_model<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: constructions balance destructions") { t::check_lifetimes<spsc_ring>(); }
-TEST_CASE("spsc_ring: small, large and over-aligned elements survive laps") {
-  t::check_element_layouts<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: constructions balance destructions", "", cached_head, slot_turns) {
+  t::check_lifetimes<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: move-only elements") { t::check_move_only<spsc_ring>(); }
-TEST_CASE("spsc_ring: try_emplace builds in the slot and leaves its arguments on failure") {
-  t::check_try_emplace<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: small, large and over-aligned elements survive laps", "",
+                   cached_head, slot_turns) {
+  t::check_element_layouts<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: close refuses pushes and drains to nullopt") {
-  t::check_close_and_drain<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: move-only elements", "", cached_head, slot_turns) {
+  t::check_move_only<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: blocked threads wake on push, pop and close") {
-  t::check_blocking_wakeups<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: try_emplace builds in the slot and leaves its arguments on failure",
+                   "", cached_head, slot_turns) {
+  t::check_try_emplace<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: lost-wakeup hunt, asymmetric barrier") {
-  t::hunt_lost_wakeups<spsc_ring>(false);
+TEMPLATE_TEST_CASE("spsc_ring: close refuses pushes and drains to nullopt", "", cached_head,
+                   slot_turns) {
+  t::check_close_and_drain<TestType::template ring>();
 }
-TEST_CASE("spsc_ring: lost-wakeup hunt, portable barrier") {
-  t::hunt_lost_wakeups<spsc_ring>(true);
+TEMPLATE_TEST_CASE("spsc_ring: blocked threads wake on push, pop and close", "", cached_head,
+                   slot_turns) {
+  t::check_blocking_wakeups<TestType::template ring>();
+}
+TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, asymmetric barrier", "", cached_head, slot_turns) {
+  t::hunt_lost_wakeups<TestType::template ring>(false);
+}
+TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, portable barrier", "", cached_head, slot_turns) {
+  t::hunt_lost_wakeups<TestType::template ring>(true);
 }
 
-TEST_CASE("spsc_ring: lost-wakeup hunt, batched wake-ups under load") {
-  t::hunt_lost_wakeups_batched<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, batched wake-ups under load", "", cached_head,
+                   slot_turns) {
+  t::hunt_lost_wakeups_batched<TestType::template ring>();
 }
 
-TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
+TEMPLATE_TEST_CASE("spsc_ring: 10M items arrive complete and in order", "", cached_head,
+                   slot_turns) {
   const bool blocking = GENERATE(true, false);
   const std::size_t capacity = GENERATE(2u, 1024u);
   const std::uint64_t n = t::scaled(10'000'000);
   CAPTURE(blocking, capacity, n);
-  spsc_ring<std::uint64_t> ring{capacity};
+  typename TestType::template ring<std::uint64_t> ring{capacity};
   std::thread producer{[&] {
     for (std::uint64_t i = 0; i < n; ++i) {
       if (blocking) {
@@ -90,8 +112,9 @@ TEST_CASE("spsc_ring: 10M items arrive complete and in order") {
 
 // drain: f on each element there, in order, up to the bound, stopping where f says so;
 // each slot is the producer's again before f runs, as after a pop.
-TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound") {
-  spsc_ring<std::unique_ptr<int>> ring{8};
+TEMPLATE_TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound", "",
+                   cached_head, slot_turns) {
+  typename TestType::template ring<std::unique_ptr<int>> ring{8};
   for (int i = 0; i < 8; ++i) REQUIRE(ring.try_push(std::make_unique<int>(i)));
   std::vector<int> seen;
   int stop_at = -1;  // f says false after this element
@@ -128,11 +151,12 @@ TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound") {
   CHECK(ring.size_approx() == 8);
 }
 
-TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in order") {
+TEMPLATE_TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in order", "",
+                   cached_head, slot_turns) {
   const std::size_t capacity = GENERATE(2u, 1024u);
   const std::uint64_t n = t::scaled(10'000'000);
   CAPTURE(capacity, n);
-  spsc_ring<std::uint64_t> ring{capacity};
+  typename TestType::template ring<std::uint64_t> ring{capacity};
   std::thread producer{[&] {
     for (std::uint64_t i = 0; i < n; ++i)
       if (!ring.push(std::uint64_t{i})) return;
@@ -155,16 +179,19 @@ TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in order") {
   REQUIRE(expected == n);
 }
 
-TEST_CASE("spsc_ring: pop_until times out, delivers, and sees close") {
-  t::check_pop_until<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: pop_until times out, delivers, and sees close", "", cached_head,
+                   slot_turns) {
+  t::check_pop_until<TestType::template ring>();
 }
 
-TEST_CASE("spsc_ring: pop reports each element's position in push order") {
-  t::check_positions<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: pop reports each element's position in push order", "", cached_head,
+                   slot_turns) {
+  t::check_positions<TestType::template ring>();
 }
 
-TEST_CASE("spsc_ring: measured pop and push report what their waits cost") {
-  t::check_measured_waits<spsc_ring>();
+TEMPLATE_TEST_CASE("spsc_ring: measured pop and push report what their waits cost", "", cached_head,
+                   slot_turns) {
+  t::check_measured_waits<TestType::template ring>();
 }
 
 TEST_CASE("wait_point: a measured wait counts its spin rounds and reports its slow path") {
@@ -363,9 +390,10 @@ TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
 // The consumer samples its input ring's size (a stage's occupancy counter). Right after
 // it has taken the only element there is, the size it reads must be 0: it must never see
 // its own head run past the producer's tail (which, unsigned, would read as full).
-TEST_CASE("spsc_ring: the consumer never reads a size below what it has taken") {
+TEMPLATE_TEST_CASE("spsc_ring: the consumer never reads a size below what it has taken", "",
+                   cached_head, slot_turns) {
   const std::uint64_t rounds = t::scaled(200'000);
-  spsc_ring<std::uint64_t> ring{8};
+  typename TestType::template ring<std::uint64_t> ring{8};
   std::atomic<std::uint64_t> taken{0};
   // Spin, and now and then give the core away: the two threads may share one.
   const auto pause = [](unsigned& spins) {
@@ -398,11 +426,12 @@ TEST_CASE("spsc_ring: the consumer never reads a size below what it has taken") 
 // The exception guarantees in spsc_ring.hpp: a push whose construction throws adds
 // nothing; a pop whose move throws leaves the element where it was; every pop moves its
 // element once; nothing leaks, across laps and with elements left at destruction.
-TEST_CASE("spsc_ring: throwing copies, moves and constructions keep the ring whole") {
+TEMPLATE_TEST_CASE("spsc_ring: throwing copies, moves and constructions keep the ring whole", "",
+                   cached_head, slot_turns) {
   using t::fragile;
   fragile::live.store(0);
   {
-    spsc_ring<fragile> ring{4};
+    typename TestType::template ring<fragile> ring{4};
     const fragile one{1};
     REQUIRE(ring.try_push(fragile{0}));
     fragile::throw_on_copy = true;
