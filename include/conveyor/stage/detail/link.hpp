@@ -96,6 +96,11 @@ struct ring_ends {
 // Threads that push or pop concurrently "without limit" (e.g. submit() callers).
 inline constexpr std::size_t any_threads = ~std::size_t{0};
 
+// The SPSC ring of a hop between stages: the slot_turns layout, over which chains of
+// small stages move more items than over the default one (benchmarks/RESULTS.md).
+template <class T>
+using hop_ring = spsc_ring<T, spsc_layout::slot_turns>;
+
 template <class T>
 class ring_port;
 
@@ -209,7 +214,7 @@ class ring_link {
   // Once no thread pushes or pops (after join): any element left, from any lane.
   std::optional<T> take_any() noexcept(std::is_nothrow_move_constructible_v<T>) {
     if (grow_) {  // both rings
-      for (spsc_ring<T>* ring : {&*spsc_, grow_->deep.load(std::memory_order_acquire)})
+      for (hop_ring<T>* ring : {&*spsc_, grow_->deep.load(std::memory_order_acquire)})
         if (ring != nullptr)  // null: no reserve made
           if (auto v = ring->try_pop()) return v;
       return std::nullopt;
@@ -245,7 +250,7 @@ class ring_link {
   }
   std::size_t size_approx() const noexcept {
     if (grow_) {
-      const spsc_ring<T>* deep = grow_->deep.load(std::memory_order_acquire);
+      const hop_ring<T>* deep = grow_->deep.load(std::memory_order_acquire);
       return spsc_->size_approx() + (deep ? deep->size_approx() : 0);
     }
     if (spsc_) return spsc_->size_approx();
@@ -313,7 +318,7 @@ class ring_link {
       for (std::size_t p = 0; p < P; ++p)
         for (std::size_t c = 0; c < C; ++c)
           if (p % g == c % g) {
-            rings[p * C + c] = std::make_unique<spsc_ring<T>>(capacity);
+            rings[p * C + c] = std::make_unique<hop_ring<T>>(capacity);
             batch_wakeups(*rings[p * C + c]);
           }
       for (std::size_t p = 0; p < P; ++p) pushed[p].lane = p % C;
@@ -328,8 +333,8 @@ class ring_link {
       std::size_t n = 0;     // poppers: the next element's number over the hop
     };
 
-    spsc_ring<T>& push_lane(std::size_t p) noexcept { return *rings[p * C + pushed[p].lane]; }
-    spsc_ring<T>& pop_lane(std::size_t c) noexcept { return *rings[popped[c].lane * C + c]; }
+    hop_ring<T>& push_lane(std::size_t p) noexcept { return *rings[p * C + pushed[p].lane]; }
+    hop_ring<T>& pop_lane(std::size_t c) noexcept { return *rings[popped[c].lane * C + c]; }
     void pushed_one(std::size_t p) noexcept {
       pushed[p].lane = advance(pushed[p].lane, push_step, C);
     }
@@ -384,7 +389,7 @@ class ring_link {
     }
 
     const std::size_t P, C, push_step, pop_step;
-    std::vector<std::unique_ptr<spsc_ring<T>>> rings;  // lane (p, c) at p * C + c; null: unused
+    std::vector<std::unique_ptr<hop_ring<T>>> rings;  // lane (p, c) at p * C + c; null: unused
     std::vector<end_state> pushed, popped;
   };
 
@@ -395,7 +400,7 @@ class ring_link {
   struct grow_set {
     static constexpr std::size_t no_switch = ~std::size_t{0};
 
-    grow_set(std::size_t reserve_slots, spsc_ring<T>* shallow)
+    grow_set(std::size_t reserve_slots, hop_ring<T>* shallow)
         : reserve(reserve_slots), shallow_(shallow), in(shallow), out(shallow) {}
 
     // grow()'s thread: makes the reserve and publishes it; false when out of memory or
@@ -404,7 +409,7 @@ class ring_link {
       lock();
       if (!closing_) {
         try {
-          made_ = std::make_unique<spsc_ring<T>>(reserve);
+          made_ = std::make_unique<hop_ring<T>>(reserve);
           batch_wakeups(*made_);
           // release: pairs with the acquire loads of deep; the ring is constructed.
           deep.store(made_.get(), std::memory_order_release);
@@ -419,7 +424,7 @@ class ring_link {
       lock();
       closing_ = true;
       // relaxed: written under the same flag, by make_deep().
-      if (spsc_ring<T>* d = deep.load(std::memory_order_relaxed)) d->close();
+      if (hop_ring<T>* d = deep.load(std::memory_order_relaxed)) d->close();
       unlock();
     }
     // acquire: pairs with unlock()'s release; the previous holder's writes are visible.
@@ -429,7 +434,7 @@ class ring_link {
     void unlock() noexcept { guard_.store(false, std::memory_order_release); }
 
     // The ring a side goes on in after the one it is in.
-    spsc_ring<T>* other(spsc_ring<T>* from) const noexcept {
+    hop_ring<T>* other(hop_ring<T>* from) const noexcept {
       // acquire: pairs with make_deep()'s release (the producer moves only after it saw
       // the reserve; the consumer follows the producer's switch point, whose release
       // store comes after it).
@@ -441,7 +446,7 @@ class ring_link {
     // it moves (see "Growing"); else it waits for room.
     bool push(T&& v, wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
       if (move_wanted() && followed()) {
-        spsc_ring<T>* left = in;
+        hop_ring<T>* left = in;
         // release: pairs with the consumer's acquire in at_switch(); every element pushed
         // to the ring left (each published by that ring's own release) is visible to a
         // consumer that sees the switch point.
@@ -561,10 +566,10 @@ class ring_link {
       popped.store(n + 1, std::memory_order_relaxed);
     }
 
-    const std::size_t reserve;                 // the reserve's capacity
-    std::unique_ptr<spsc_ring<T>> made_;       // the reserve, once made (grow()'s thread)
-    std::atomic<spsc_ring<T>*> deep{nullptr};  // made_, published; null until then
-    spsc_ring<T>* const shallow_;
+    const std::size_t reserve;                // the reserve's capacity
+    std::unique_ptr<hop_ring<T>> made_;       // the reserve, once made (grow()'s thread)
+    std::atomic<hop_ring<T>*> deep{nullptr};  // made_, published; null until then
+    hop_ring<T>* const shallow_;
     std::atomic<bool> want_deep{false};
     std::atomic<bool> grew{false};
     std::atomic<bool> guard_{false};  // make_deep() against close_deep()
@@ -572,14 +577,14 @@ class ring_link {
     // The producer's count of elements pushed to the link when it last moved; no_switch
     // once the consumer has followed.
     alignas(cache_line_size) std::atomic<std::size_t> switch_at{no_switch};
-    alignas(cache_line_size) spsc_ring<T>* in;   // the producer's
-    std::size_t pushed = 0;                      // the producer's count
-    alignas(cache_line_size) spsc_ring<T>* out;  // the consumer's
-    std::atomic<std::size_t> popped{0};          // written by the consumer only
+    alignas(cache_line_size) hop_ring<T>* in;   // the producer's
+    std::size_t pushed = 0;                     // the producer's count
+    alignas(cache_line_size) hop_ring<T>* out;  // the consumer's
+    std::atomic<std::size_t> popped{0};         // written by the consumer only
   };
 
   // Exactly one is engaged, for the object's whole life.
-  std::optional<spsc_ring<T>> spsc_;
+  std::optional<hop_ring<T>> spsc_;
   std::optional<mpmc_ring<T>> mpmc_;
   std::unique_ptr<lane_set> lanes_;
   std::optional<grow_set> grow_;  // with spsc_ only
