@@ -20,7 +20,8 @@
 // With a GPU the model is conveyor_models::mlp (cuBLAS); without one the host runtime
 // runs conveyor_models::cpu_mlp, and the program says so.
 //
-//   ./build/examples/online_serving [requests_per_second] [seconds] [max_delay_us] [p99_target_us]
+//   ./build/examples/online_serving [requests_per_second] [seconds] [max_delay_us]
+//                                   [p99_target_us]
 //
 // With p99_target_us > 0 the batcher holds a latency target instead of the fixed delay:
 // batch(max).target_p99(p99_target_us) chooses its delay and batch size while it runs, and
