@@ -75,15 +75,16 @@ void control::fail_current(const std::string& stage, std::uint64_t item,
 }
 
 bool control::fail_items(const std::string& stage, metrics::stage_stats& stats,
-                         const item_meta& meta, const meta_list& metas,
-                         std::uint64_t items) noexcept {
+                         const meta_list& metas, std::uint64_t items) noexcept {
   stats.count_failed(items);
+  // The first item names the failure (its sequence number read before settling frees a
+  // ticket); none when stage-out failed after taking the batch's metas.
+  const std::uint64_t item = metas.empty() ? 0 : seq_of(metas.front());
   if (!isolate_failures) {
-    fail_current(stage, meta, items);
+    fail_current(stage, item, items);
     return false;
   }
   failed.fetch_add(items, std::memory_order_relaxed);  // relaxed: read after join
-  const std::uint64_t item = seq_of(meta);             // before settling frees the ticket
   std::exception_ptr e;
   try {
     const std::string what = describe(std::current_exception());
@@ -96,13 +97,8 @@ bool control::fail_items(const std::string& stage, metrics::stage_stats& stats,
   } catch (...) {
     e = std::current_exception();  // bad_alloc on the way: the item gets that
   }
-  if (settle_alone) {
-    if (metas.empty()) {
-      settle_alone(meta, e);
-    } else {
-      for (const item_meta& m : metas) settle_alone(m, e);
-    }
-  }
+  if (settle_alone)
+    for (const item_meta& m : metas) settle_alone(m, e);
   return true;
 }
 

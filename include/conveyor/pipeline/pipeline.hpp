@@ -352,9 +352,7 @@ class pipeline<chain<Bound...>> {
   struct result_deliver {
     tickets_t* tickets;
     const detail::control* ctl;
-    void operator()(detail::envelope<out_t<n_stages - 1>>&& e) const {
-      tickets->deliver(std::move(e));
-    }
+    void operator()(detail::envelope<out_t<n_stages - 1>>& e) const { tickets->deliver(e); }
     // The result node's one worker delivers no more: after a failure, the rest fail now.
     void stopped_delivering() const noexcept { tickets->stop_delivering(*ctl); }
   };

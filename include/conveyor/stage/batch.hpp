@@ -214,7 +214,7 @@ class batch_node {
       }
       probe.occupancy(*in_);
       if (may_expire_ && drop_expired(ctl_, stats_, *first) == 0) continue;
-      envelope<out_type> b{out_type{}, first->meta, {}};
+      envelope<out_type> b{out_type{}, meta_list{}};
       b.value.reserve(stage_.max_size());
       b.metas.reserve(stage_.max_size());
       add(b, std::move(*first));
@@ -279,7 +279,7 @@ class batch_node {
       first_at = now_ns();
       while (const auto o = node.target_->feedback.take())
         if (lc.completed(*o)) node.target_->log.record(lc.last_window(), lc.last_cause());
-      const control::entry_time entry = ctl.entered(b.meta);
+      const control::entry_time entry = ctl.entered(b.meta());
       lc.arrived(first_at, entry.t0_ns != 0 ? first_at - entry.t0_ns : -1);
       // The first item's entry: measured, or estimated from the items before it.
       t0 = entry.t0_ns != 0 ? entry.t0_ns : first_at - lc.upstream_ns();
@@ -318,7 +318,7 @@ class batch_node {
     }
     void leaving(const envelope<out_type>& b) noexcept {
       lc.cut(b.value.size(), budget);
-      node.target_->feedback.sent(node.ctl_.seq_of(b.meta),
+      node.target_->feedback.sent(node.ctl_.seq_of(b.meta()),
                                   {now_ns(), t0, b.items(), last_at - first_at});
     }
   };
@@ -346,12 +346,7 @@ class batch_node {
 
   static void add(envelope<out_type>& b, envelope<In>&& item) {
     b.value.push_back(std::move(item.value));
-    if (item.metas.empty()) {
-      b.metas.push_back(item.meta);
-    } else {
-      // Batching a batch: the items keep their identities; the batch counts them all.
-      b.metas.append(item.metas);
-    }
+    b.metas.append(item.metas);  // a batch of batches: the items keep their identities
   }
 
   batch_stage stage_;
@@ -409,7 +404,7 @@ class unbatch_node {
                       std::to_string(b->metas.size()) +
                       " items; a stage between batch and unbatch must keep one element per item");
         } catch (...) {
-          go_on = ctl_.fail_items(stage_.name(), stats_, b->meta, b->metas, b->items());
+          go_on = ctl_.fail_items(stage_.name(), stats_, b->metas, b->items());
         }
         if (go_on) continue;  // the batch's items failed alone
         break;
@@ -420,8 +415,12 @@ class unbatch_node {
       for (std::size_t i = 0; i < n && !refused; ++i) {
         // An element that is itself a batch takes its items' identities along.
         const std::size_t k = *split == per_element::one ? 1 : items_in(b->value[i]);
-        envelope<out_type> e{std::move(b->value[i]), b->metas[pushed], {}};
-        if (*split == per_element::inner_batch) e.metas.append(b->metas.begin() + pushed, k);
+        meta_list ids{b->metas[pushed]};
+        if (*split == per_element::inner_batch) {
+          ids = meta_list{};
+          ids.append(b->metas.begin() + pushed, k);
+        }
+        envelope<out_type> e{std::move(b->value[i]), std::move(ids)};
         refused = !out_->push(std::move(e));
         if (!refused) {
           pushed += k;

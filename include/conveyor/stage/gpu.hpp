@@ -372,7 +372,7 @@ class gpu_node {
         s = l.pool.acquire();  // waits until the slot's last stream use completed
       } catch (...) {          // that wait rethrows a failure of the lane's stream
         probe.blocked();
-        if (!ctl_.fail_items(stage_.options().name, stats_, b->meta, b->metas, items)) break;
+        if (!ctl_.fail_items(stage_.options().name, stats_, b->metas, items)) break;
         reorder_.skip(pos);  // the batch failed alone
         continue;
       }
@@ -425,8 +425,7 @@ class gpu_node {
       } catch (...) {
         probe.busy();
         release_after_stream(l, s);  // copies already enqueued may still use the slot
-        if (!ctl_.fail_items(stage_.options().name, stats_, f.batch.meta, f.batch.metas, items))
-          break;
+        if (!ctl_.fail_items(stage_.options().name, stats_, f.batch.metas, items)) break;
         reorder_.skip(pos);  // the batch failed alone
         continue;
       }
@@ -464,7 +463,6 @@ class gpu_node {
       }
       auto& ev = l.timing[f->slot->index].e;
       std::optional<envelope<out_type>> out;
-      const item_meta meta = f->batch.meta;
       meta_list metas = std::move(f->batch.metas);  // the envelope's, unless stage-out throws
       try {
         ev[3].synchronize();  // the batch's last stream work; rethrows a stream failure
@@ -477,7 +475,7 @@ class gpu_node {
               stage_.stage_out()(
                   std::move(f->batch.value),
                   typename stage_t::pinned_out(f->slot->pinned_out.subspan(0, f->out_count))),
-              meta, std::move(metas)});
+              std::move(metas)});
         }
         if (measure) {
           const std::int64_t out_end = now_ns();
@@ -508,7 +506,7 @@ class gpu_node {
         }
       } catch (...) {
         release_after_stream(l, f->slot);  // a failed stream may not have reached the end
-        if (!ctl_.fail_items(stage_.options().name, stats_, meta, metas, items)) break;
+        if (!ctl_.fail_items(stage_.options().name, stats_, metas, items)) break;
         reorder_.skip(f->position);  // the batch failed alone
         continue;
       }

@@ -178,7 +178,7 @@ class map_node {
       // each lane's next element is the next item of its count.
       std::optional<out_type> r;
       if (apply(probe, *v, r) != step::done) break;
-      if (!probe.emplace(out, std::move(*r), v->meta, std::move(v->metas))) {
+      if (!probe.emplace(out, std::move(*r), std::move(v->metas))) {
         ctl_.cancel(n);
         break;
       }
@@ -201,7 +201,7 @@ class map_node {
         ctl_.cancel(n);
       } else if (const step r = apply(probe, in, out); r == step::done) {
         const std::uint64_t left = in.items();  // fewer than n if some of a batch expired
-        if (probe.emplace(*out_, std::move(*out), in.meta, std::move(in.metas))) return true;
+        if (probe.emplace(*out_, std::move(*out), std::move(in.metas))) return true;
         ctl_.cancel(left);
       } else if (r == step::dropped) {
         return true;
@@ -242,8 +242,7 @@ class map_node {
         reorder_->skip(pos, push);  // the items after it do not wait for it
         continue;
       }
-      reorder_->deposit(pos, envelope<out_type>{std::move(*out), in->meta, std::move(in->metas)},
-                        push);
+      reorder_->deposit(pos, envelope<out_type>{std::move(*out), std::move(in->metas)}, push);
     }
     leave();
   }
@@ -269,8 +268,8 @@ class map_node {
       out.emplace(stage_.function()(std::move(in.value)));
     } catch (...) {
       probe.busy();
-      return ctl_.fail_items(stage_.name(), stats_, in.meta, in.metas, in.items()) ? step::dropped
-                                                                                   : step::stop;
+      return ctl_.fail_items(stage_.name(), stats_, in.metas, in.items()) ? step::dropped
+                                                                          : step::stop;
     }
     probe.work_done();
     probe.items(in.items());

@@ -71,8 +71,8 @@ sink_stage<std::decay_t<F>> sink(F&& fn) {
 
 namespace detail {
 
-// The end of a pipeline: calls `deliver(envelope&&)` for each arriving envelope on
-// `workers` threads, with the accounting every end shares. Deliver returns normally
+// The end of a pipeline: calls `deliver(envelope&)` for each arriving envelope on
+// `workers` threads (it may take the value; the metas stay for the accounting), with the accounting every end shares. Deliver returns normally
 // when the item completed; a throw fails the item (and, unless the error policy
 // isolates failures, the pipeline). A Deliver with a
 // noexcept stopped_delivering() has it called by each worker as the worker ends.
@@ -124,8 +124,8 @@ class terminal_node {
         stopped = true;
         return false;
       }
-      const item_meta meta = in.meta;
-      meta_list metas = std::move(in.metas);
+      const item_meta meta = in.meta();
+      const meta_list& metas = in.metas;  // deliver() takes the value, leaves the metas
       // A single item's entry time is looked up before delivering it: a service's
       // delivery frees the item's ticket, where the time is kept (control::entered()).
       // Batches reach only a source pipeline's sinks, whose times stay put. Per item a
@@ -133,7 +133,7 @@ class terminal_node {
       // inline, with the test reading control every item, they made a sink of trivial
       // items the slowest stage of its core with metrics on.
       control::entry_time single{};
-      if (timed && metas.empty() && (every_item || latency_sample_weight(meta.id) != 0))
+      if (timed && !metas.is_list() && (every_item || latency_sample_weight(meta.id) != 0))
           [[unlikely]]
         single = entry_of(meta);
       std::optional<batch_feedback::sent_batch> first_of_batch;
@@ -141,17 +141,17 @@ class terminal_node {
         first_of_batch = feedback->claim(ctl_.seq_of(meta));
       try {
         metrics::nvtx_range range{probe.span_name()};
-        deliver_(std::move(in));
+        deliver_(in);
       } catch (...) {
         probe.busy();
-        if (ctl_.fail_items(name_, stats_, meta, metas, n)) return true;  // failed alone
+        if (ctl_.fail_items(name_, stats_, metas, n)) return true;  // failed alone
         stopped = true;
         return false;
       }
       probe.work_done();
       if (first_of_batch) [[unlikely]]
         feedback->returned(*first_of_batch, now_ns());
-      if (timed && (single.t0_ns != 0 || !metas.empty())) [[unlikely]]
+      if (timed && (single.t0_ns != 0 || metas.is_list())) [[unlikely]]
         record_latencies(single, metas);
       probe.items(n);  // counts as completed: see control::count_completions_of
       return true;
@@ -188,7 +188,7 @@ class terminal_node {
       if (t == 0) t = now_ns();
       latency_->record(t - e.t0_ns, e.weight);
     };
-    if (metas.empty()) record(single);
+    if (!metas.is_list()) return record(single);
     for (const item_meta& m : metas) record(ctl_.entered(m));
   }
 
@@ -204,7 +204,7 @@ class terminal_node {
 
 template <class F, class In>
 auto make_sink_node(sink_stage<F> stage, control& ctl, link<In>* in, latency_recorder* latency) {
-  auto deliver = [fn = std::move(stage.function())](envelope<In>&& e) mutable {
+  auto deliver = [fn = std::move(stage.function())](envelope<In>& e) mutable {
     fn(std::move(e.value));
   };
   return terminal_node<In, decltype(deliver)>(stage.name(), stage.workers(), std::move(deliver),

@@ -168,7 +168,7 @@ class source_node {
       if (timed && latency_sample_weight(seq) != 0) [[unlikely]]
         sampled(seq);
       const item_meta meta{seq++};
-      if (!probe.emplace(*out_, std::move(*v), meta, meta_list{})) {
+      if (!probe.emplace(*out_, std::move(*v), meta)) {
         ctl_.cancel(1);  // refused: the pipeline is stopping
         break;
       }

@@ -166,6 +166,64 @@ TEST_CASE("meta_list: one pointer that grows, appends, copies and moves its item
   REQUIRE(sum == 99 * 100 / 2);
 }
 
+TEST_CASE("meta_list: a single item's meta inline, a list once it grows, retained in order") {
+  using detail::item_meta;
+  using detail::meta_list;
+  const std::uint64_t big = (std::uint64_t{1} << 63) - 1;  // the largest id
+  meta_list one{item_meta{big}};
+  REQUIRE_FALSE(one.is_list());
+  REQUIRE(one.size() == 1);
+  REQUIRE(one.capacity() == 0);  // no allocation
+  REQUIRE(one.front().id == big);
+  REQUIRE(one.end() - one.begin() == 1);
+
+  meta_list copy = one;  // inline: a copy of the word
+  REQUIRE_FALSE(copy.is_list());
+  REQUIRE(copy.front().id == big);
+  meta_list moved = std::move(copy);
+  REQUIRE(moved.front().id == big);
+  REQUIRE(copy.is_list());  // NOLINT(bugprone-use-after-move): moved-from: an empty list
+  REQUIRE(copy.empty());    // NOLINT(bugprone-use-after-move)
+
+  one.push_back(item_meta{7});  // becomes a list, its inline meta first
+  REQUIRE(one.is_list());
+  REQUIRE(one.size() == 2);
+  REQUIRE(one[0].id == big);
+  REQUIRE(one[1].id == 7);
+
+  meta_list batch;  // a batch of batches: one item's meta and a list append alike
+  batch.append(moved);
+  batch.append(one);
+  REQUIRE(batch.is_list());
+  REQUIRE(batch.size() == 3);
+  REQUIRE(batch[2].id == 7);
+
+  meta_list of_one;  // a list of one item stays a list (a batch, not a single item)
+  of_one.append(meta_list{item_meta{5}});
+  REQUIRE(of_one.is_list());
+  REQUIRE(of_one.size() == 1);
+
+  std::vector<std::size_t> seen;
+  batch.retain([&](std::size_t i, const item_meta& m) {
+    seen.push_back(i);
+    return m.id != big;
+  });
+  REQUIRE(seen == std::vector<std::size_t>{0, 1, 2});
+  REQUIRE(batch.size() == 1);
+  REQUIRE(batch.front().id == 7);
+
+  meta_list single{item_meta{3}};
+  single.retain([](std::size_t, const item_meta&) { return true; });
+  REQUIRE_FALSE(single.is_list());
+  single.retain([](std::size_t, const item_meta&) { return false; });
+  REQUIRE(single.empty());
+
+  const detail::envelope<std::uint64_t> e{std::uint64_t{9}, item_meta{4}};
+  STATIC_REQUIRE(sizeof(e) == 16);
+  REQUIRE(e.items() == 1);
+  REQUIRE(e.meta().id == 4);
+}
+
 TEST_CASE("outcome: a value or an error, never both") {
   auto ok = outcome<std::string>::success("label");
   REQUIRE(ok);

@@ -6,7 +6,7 @@
 //   detail::service_tickets<request, response> desk{1024, ctl};
 //   std::uint32_t t = desk.take();                          // blocks while all are out
 //   desk.enter(t, std::move(x), arm, input_link, ctl, 0);   // the item goes in under t
-//   desk.deliver(std::move(result_envelope));               // the result node's function
+//   desk.deliver(result_envelope);                          // the result node's function
 //   ctl.settle_alone(meta, error);                          // a stage: one item failed
 //   desk.stop_delivering(ctl);                              // its last act: after a failure,
 //                                                           // the rest fail now
@@ -150,7 +150,7 @@ class service_tickets {
       // The item's id is its ticket; its number and entry time go with the ticket.
       ctl.enter_ticket(ticket, next_seq_.fetch_add(1, std::memory_order_relaxed),
                        ctl.metrics_on ? now_ns() : 0, deadline_ns);
-      e.emplace(envelope<In>{std::move(x), {ticket}, {}});
+      e.emplace(envelope<In>{std::move(x), item_meta{ticket}});
     } catch (...) {
       s.done = nullptr;
       (void)free_.try_push(std::uint32_t{ticket});  // never full: one slot per ticket
@@ -188,12 +188,12 @@ class service_tickets {
   }
 
   // The result node's function: settles the item's future or callback with its result.
-  void deliver(envelope<Result>&& e) {
-    if (!e.metas.empty())
+  void deliver(envelope<Result>& e) {
+    if (e.metas.is_list())
       throw error(
           "a service pipeline must deliver one result per submitted item; end "
           "the chain with unbatch() after a batch");
-    const auto ticket = static_cast<std::uint32_t>(e.meta.id);  // see detail::item_meta
+    const auto ticket = static_cast<std::uint32_t>(e.meta().id);  // see detail::item_meta
     slot& s = slots_[ticket];
     // No claim needed: nothing else settles an item that reaches here. enter() settles
     // only items the input refused, or items that entered once settling_ was set, which

@@ -201,13 +201,13 @@ class control {
     fail_current(stage, seq_of(item), items);
   }
 
-  // Call from inside a catch block, for the `items` items the stage threw on: `meta`,
-  // and for a batch `metas` (one per item). Counted on `stats` either way. With
+  // Call from inside a catch block, for the `items` items the stage threw on: `metas`
+  // (one per item; the first names them in the error). Counted on `stats` either way. With
   // isolate_failures they fail alone: logged, counted as failed, each settled with the
   // stage_error (settle_alone), and the stage goes on: returns true. Otherwise as
   // fail_current() (the pipeline stops): returns false.
-  bool fail_items(const std::string& stage, metrics::stage_stats& stats, const item_meta& meta,
-                  const meta_list& metas, std::uint64_t items) noexcept;
+  bool fail_items(const std::string& stage, metrics::stage_stats& stats, const meta_list& metas,
+                  std::uint64_t items) noexcept;
 
   // A service item whose deadline passed, found by `stats`'s stage before its work: it
   // counts as expired and its future or callback gets deadline_error.
@@ -231,9 +231,9 @@ class control {
 // have. Returns the items left: 0 when nothing is left to work on (drop e).
 template <class T>
 std::uint64_t drop_expired(control& ctl, metrics::stage_stats& stats, envelope<T>& e) {
-  if (e.metas.empty()) {
-    if (!ctl.is_expired(e.meta)) return 1;
-    ctl.expire(stats, e.meta);
+  if (!e.metas.is_list()) {
+    if (!ctl.is_expired(e.meta())) return 1;
+    ctl.expire(stats, e.meta());
     return 0;
   }
   const std::size_t n = e.metas.size();
@@ -262,7 +262,6 @@ std::uint64_t drop_expired(control& ctl, metrics::stage_stats& stats, envelope<T
         return true;
       });
       e.value.erase(e.value.begin() + static_cast<std::ptrdiff_t>(kept), e.value.end());
-      if (kept != 0) e.meta = e.metas[0];
       return kept;
     }
   }
