@@ -19,7 +19,7 @@
 //     counters, latency histogram) and off (pipeline_options{.metrics = false}), so the
 //     cost of measuring is the ratio of the two in the same run; and metrics off with
 //     ring_growth = 1 (rings that never grow) and with placement = os beside the
-//     defaults (rings that grow where neighbours share a CPU, automatic placement), each
+//     defaults (rings that grow where neighbours take turns on a CPU, automatic placement), each
 //     what that default gives, in the same run. tbb: parallel_pipeline
 //     with filters serial_in_order -> parallel -> parallel -> serial_in_order and
 //     T = 4 * cores tokens. serial: one plain loop. bare: the same stages as four threads
@@ -27,8 +27,9 @@
 //     yield; /pinned: two neighbours per CPU, else where the OS puts them.
 //     Counters: items_per_second; conveyor with W = 1: rings_grown, how many of the three
 //     rings ran deeper than ring_capacity in an iteration, on average
-//     (pipeline_options::ring_growth: once pinned, the two rings within a core grow, so 2
-//     is what the default placement should reach; lanes, W = 2, never grow).
+//     (pipeline_options::ring_growth: once pinned two stages per core, the two rings
+//     within a core and the one between the cores grow, so 3 is what the default placement
+//     should reach on two cores; lanes, W = 2, never grow).
 //
 // <peer>/overlap/{sleep,spin}  overlap efficiency. 2000 items per iteration through three
 //     one-worker stages costing 200, 300 and 100 us per item, between a source and an

@@ -117,13 +117,20 @@ void pipeline_core::start(const std::function<void(thread_group&)>& spawn) {
         options_.progress_out != nullptr ? *options_.progress_out : std::cerr);
 }
 
+bool ring_deepens(const chain_placement& where, std::size_t producer,
+                  std::size_t reserve) noexcept {
+  const std::size_t p = producer;
+  const bool turns =
+      where.share_cpu(p) ||
+      (where.pinned_apart(p) && ((p > 0 && where.share_cpu(p - 1)) || where.share_cpu(p + 1)));
+  return turns && shared_core_grows(reserve, where.load(p + 1));
+}
+
 // After each placer round (on its thread): every ring that can grow moves to its reserve
-// where its two stages' threads share a CPU and shared_core_grows() says so at its
-// consumer's CPU time per element, and back elsewhere.
+// where ring_deepens() says so, and back elsewhere.
 void pipeline_core::follow_placement(const chain_placement& where) noexcept {
   for (const growable_entry& g : growable_)
-    g.ring->grow(where.share_cpu(g.producer) &&
-                 shared_core_grows(g.ring->reserve(), where.load(g.producer + 1)));
+    g.ring->grow(ring_deepens(where, g.producer, g.ring->reserve()));
 }
 
 void pipeline_core::join() {

@@ -72,10 +72,11 @@ struct pipeline_options {
   // How far a ring may grow while the pipeline runs (a power of two in [1, 64]; 1: every
   // ring keeps ring_capacity). Where placement pins the two stage threads at the ends of
   // a ring to one CPU, they take turns on it, a context switch each time the ring fills
-  // or empties. Such a ring moves to a reserve ring_capacity x ring_growth deep, made
-  // when it first grows, where its consumer works through that many elements within 1 ms
-  // of its CPU time (at the defaults, <= 122 ns per element: a ring in front of a slower
-  // stage never grows), and back when the two are moved apart or unpinned
+  // or empties. Such a ring, and a ring between two pinned CPUs next to such a pair
+  // (it carries what arrives during a turn), moves to a reserve ring_capacity x
+  // ring_growth deep, made when it first grows, where its consumer works through that
+  // many elements within 1 ms of its CPU time (at the defaults, <= 122 ns per element: a
+  // ring in front of a slower stage never grows), and back when that no longer holds
   // (pipeline/growth.hpp). Only rings with one thread at each end, of trivially copyable
   // items, in slots of at most 64 bytes get a reserve: 512 KiB a ring at most, at the
   // defaults (a ring of batches or strings never grows). Such a ring holds up

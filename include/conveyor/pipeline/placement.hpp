@@ -204,6 +204,11 @@ struct chain_placement {
   bool share_cpu(std::size_t a) const noexcept {
     return a + 1 < cpu.size() && cpu[a] != not_pinned && cpu[a] == cpu[a + 1];
   }
+  // True when stages `a` and `a + 1` each run on one thread, pinned to two CPUs.
+  bool pinned_apart(std::size_t a) const noexcept {
+    return a + 1 < cpu.size() && cpu[a] != not_pinned && cpu[a + 1] != not_pinned &&
+           cpu[a] != cpu[a + 1];
+  }
 };
 
 // The stage workers running now, each with its thread's CPU clock and its stage's

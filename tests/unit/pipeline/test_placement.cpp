@@ -348,6 +348,41 @@ TEST_CASE("shared_core_grows: a ring grows where its consumer drains the reserve
       {}}.share_cpu(0));
 }
 
+TEST_CASE("ring_deepens: rings within a CPU, and the rings beside them between two CPUs") {
+  using detail::chain_placement;
+  using detail::ring_deepens;
+  constexpr std::size_t none = chain_placement::not_pinned;
+  const std::vector<double> light(6, 20.0);  // 20 ns an element: 8192 within 1 ms
+  // Two stages per CPU: both pairs take turns, and the ring between the CPUs carries
+  // what arrives while one side is switched out.
+  const chain_placement pairs{{0, 0, 1, 1}, light};
+  CHECK(pairs.pinned_apart(1));
+  CHECK_FALSE(pairs.pinned_apart(0));
+  for (std::size_t p : {0u, 1u, 2u}) CHECK(ring_deepens(pairs, p, 8192));
+  // A stage per CPU: no turns, nothing grows.
+  const chain_placement spread{{0, 1, 2, 3}, light};
+  for (std::size_t p : {0u, 1u, 2u}) CHECK_FALSE(ring_deepens(spread, p, 8192));
+  // Turns only on the producer's side (stages 0 and 1 on CPU 0), then an unpinned stage.
+  const chain_placement one_side{{0, 0, 1, none, 2}, light};
+  CHECK(ring_deepens(one_side, 0, 8192));
+  CHECK(ring_deepens(one_side, 1, 8192));        // next to the pair on CPU 0
+  CHECK_FALSE(ring_deepens(one_side, 2, 8192));  // into an unpinned stage
+  CHECK_FALSE(ring_deepens(one_side, 3, 8192));  // from it
+  // Turns only on the consumer's side.
+  const chain_placement other_side{{0, 1, 1}, light};
+  CHECK(ring_deepens(other_side, 0, 8192));
+  CHECK(ring_deepens(other_side, 1, 8192));
+  // Apart, with no turns on either side.
+  CHECK_FALSE(ring_deepens(chain_placement{{0, 1}, light}, 0, 8192));
+  // The consumer's CPU time decides as for a shared core: a slow consumer never.
+  const chain_placement slow{{0, 0, 1, 1}, {20.0, 20.0, 1e6, 20.0}};
+  CHECK(ring_deepens(slow, 0, 8192));
+  CHECK_FALSE(ring_deepens(slow, 1, 8192));  // stage 2 takes 1 ms an element
+  CHECK(ring_deepens(slow, 2, 8192));
+  // Nothing measured yet: nothing grows.
+  CHECK_FALSE(ring_deepens(chain_placement{{0, 0, 1, 1}, {}}, 1, 8192));
+}
+
 TEST_CASE("load_placer: after each round the listener sees where the stages run, and their loads") {
   if (my_cpus().size() < 2) {
     WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
