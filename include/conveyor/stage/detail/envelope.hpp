@@ -140,8 +140,9 @@ class meta_list {
   static_assert(std::is_trivially_copyable_v<item_meta> && sizeof(block) % alignof(item_meta) == 0);
 
   block* list() const noexcept {
-    return is_list() ? reinterpret_cast<block*>(static_cast<std::uintptr_t>(w_.id & ~list_tag))
-                     : nullptr;
+    if (!is_list()) return nullptr;
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): the word is a pointer, tagged in reserve()
+    return reinterpret_cast<block*>(static_cast<std::uintptr_t>(w_.id & ~list_tag));
   }
 
   item_meta w_{list_tag};  // an item's meta, or a tagged pointer to a list (or null: empty)
