@@ -139,6 +139,27 @@ std::vector<std::size_t> plan_threads(const std::vector<double>& loads,
   return plan_cost(loads, spots, lpt, cpus) < plan_cost(loads, spots, runs, cpus) ? lpt : runs;
 }
 
+std::size_t cpus_used(const std::vector<std::size_t>& plan) {
+  std::vector<std::size_t> sorted = plan;
+  std::sort(sorted.begin(), sorted.end());
+  return static_cast<std::size_t>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+}
+
+std::vector<std::size_t> plan_packed(const std::vector<double>& loads,
+                                     const std::vector<thread_spot>& spots, std::size_t cpus) {
+  const std::size_t n = loads.size();
+  if (n < 2 || cpus <= n) return {};
+  if (std::any_of(loads.begin(), loads.end(), [](double l) { return l > light_stage_ns; }))
+    return {};
+  std::vector<std::size_t> order(n);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return spots[a] < spots[b]; });
+  std::vector<std::size_t> plan(n);
+  for (std::size_t i = 0; i < n; ++i) plan[order[i]] = i / 2;
+  return plan;
+}
+
 double load_per_item(std::int64_t cpu_ns, std::uint64_t items, double spun_ns) noexcept {
   return std::max(static_cast<double>(cpu_ns) - std::max(spun_ns, 0.0), 0.0) /
          static_cast<double>(std::max<std::uint64_t>(items, 1));
@@ -317,7 +338,7 @@ struct load_placer::impl {
       // report that reads it sees the pinned rounds counted with it.
       rounds_.fetch_add(1, std::memory_order_release);
       lock.lock();
-      wait = period_;
+      wait = trial_.hurried() ? std::min(first_round, period_) : period_;
     }
   }
 
@@ -394,6 +415,8 @@ struct load_placer::impl {
     loads.clear();
     std::vector<thread_spot> spots;
     std::int64_t own_ns = 0;  // the stage threads' CPU time since the last round
+    // The items the chain moved since the last round: the fewest any thread's stage moved.
+    std::uint64_t chain_items = live.empty() ? 0 : ~std::uint64_t{0};
     for (const auto& w : live) {
       const look current{conveyor::cpu_clock_ns(w.cpu_clock), w.stage->snapshot().items,
                          w.stage->worker(w.worker).spin_rounds()};
@@ -405,6 +428,8 @@ struct load_placer::impl {
       if (before != seen_.end()) s = std::move(*before);
       const look oldest = s.looks.empty() ? look{0, 0, 0} : s.looks.front();
       own_ns += current.cpu_ns - (s.looks.empty() ? 0 : s.looks.back().cpu_ns);
+      chain_items =
+          std::min(chain_items, current.items - (s.looks.empty() ? 0 : s.looks.back().items));
       loads.push_back(
           load_per_item(current.cpu_ns - oldest.cpu_ns, current.items - oldest.items,
                         static_cast<double>(current.spin_rounds - oldest.spin_rounds) * round_ns_));
@@ -413,12 +438,28 @@ struct load_placer::impl {
       now.push_back(std::move(s));
       spots.push_back(workers_.live().spot(w));
     }
-    if (policy_ == pin_policy::automatic && !rule_.next(measure(own_ns))) {
-      unpin(now);
-      seen_ = std::move(now);
-      return;
+    std::vector<std::size_t> plan;
+    if (policy_ == pin_policy::automatic) {
+      const std::int64_t since = last_wall_ns_;
+      const core_shares shares = measure(own_ns);
+      // Packing a chain of light stages (packing_trial): eligible while its threads keep
+      // busy the cores they have (packed: the CPUs of the plan; spread: a core each).
+      std::vector<std::size_t> packed = plan_packed(loads, spots, cpus_.size());
+      const std::size_t cores = trial_.packed() ? cpus_used(packed) : now.size();
+      const bool eligible = !packed.empty() && shares.others() <= auto_pin_rule::quiet &&
+                            shares.own * static_cast<double>(cpus_.size()) >=
+                                auto_pin_rule::fill * static_cast<double>(cores);
+      const double seconds =
+          static_cast<double>(std::max<std::int64_t>(last_wall_ns_ - since, 1)) * 1e-9;
+      if (trial_.next(eligible, static_cast<double>(chain_items) / seconds)) {
+        plan = std::move(packed);
+      } else if (!rule_.next(shares)) {
+        unpin(now);
+        seen_ = std::move(now);
+        return;
+      }
     }
-    const std::vector<std::size_t> plan = plan_threads(loads, spots, cpus_.size());
+    if (plan.empty()) plan = plan_threads(loads, spots, cpus_.size());
     const bool pinned_now =
         std::all_of(now.begin(), now.end(), [](const seen& s) { return s.cpu != unpinned; });
     if (pinned_now && !now.empty()) {
@@ -454,6 +495,7 @@ struct load_placer::impl {
   chain_placement where_;
   double round_ns_ = 0;  // spin_round_ns(), measured here rather than in start()
   auto_pin_rule rule_;
+  packing_trial trial_;
   std::int64_t last_wall_ns_ = 0, last_process_ns_ = 0;
   std::optional<cpu_ticks> last_ticks_;
   std::atomic<std::uint64_t> rounds_{0};

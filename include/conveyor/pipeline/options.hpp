@@ -107,7 +107,9 @@ struct pipeline_options {
   // automatic (the default): by_load's plan, applied only while this pipeline's stage
   // threads fill the cores (>= 80 % of them) and other work (the rest of the process,
   // other processes) takes <= 10 %; every thread goes back on all allowed CPUs once
-  // other work takes > 20 % (or the stage threads < 50 % for two periods).
+  // other work takes > 20 % (or the stage threads < 50 % for two periods). With more
+  // CPUs than stage threads, a busy chain of stages under 1 us per item is tried packed,
+  // neighbours in pairs, and kept so where that moves more items (packing_trial).
   // os: never pinned.
   thread_placement placement = thread_placement::automatic;
   std::chrono::milliseconds placement_period{200};

@@ -42,7 +42,9 @@
 // It pins only while the stage threads fill the cores and nothing else takes a
 // noticeable part of them (auto_pin_rule), and puts every thread back on all allowed CPUs
 // as soon as other work arrives: a pinned thread cannot dodge it, an unpinned one can.
-// On a machine with more cores than the pipeline keeps busy it never pins at all.
+// On a machine with more cores than the pipeline keeps busy it pins only a chain of light
+// stages, and only where packing it onto fewer CPUs is measured to move more items
+// (packing_trial); everything else it leaves to the OS.
 //
 // Compiled once, in the library (src/placement.cpp); Linux only (elsewhere the registry
 // registers nobody and the placer never runs).
@@ -50,6 +52,7 @@
 // itself once). load_placer's constructor and stop() from the owning thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -170,6 +173,95 @@ class auto_pin_rule {
  private:
   bool pinned_ = false;
   int idle_rounds_ = 0;
+};
+
+// Packing (automatic, more CPUs than stage threads). Left to the OS there, each stage
+// thread gets a core of its own and every hop crosses cores; for stages of tens of ns per
+// item the lines a crossing moves can cost more than the stages (bench_pipeline's trivial
+// chain on a 16-core host, benchmarks/RESULTS.md, "Pipeline"), and two neighbours taking
+// turns on one core move more items. Whether they do depends on the host and cannot be
+// told from loads measured while spread (they include the crossings' stalls), so the
+// placer tries it: packing_trial below.
+//
+// plan_packed: the threads in chain order, in pairs of neighbours, a pair to a CPU (the
+// first thread on CPU 0 with the second, ...; an odd one out alone), when 2 <= n < cpus and
+// every thread is lighter than light_stage_ns; else an empty plan. Heavier stages are never
+// packed: their work dwarfs any crossing.
+inline constexpr double light_stage_ns = 1000.0;
+std::vector<std::size_t> plan_packed(const std::vector<double>& loads,
+                                     const std::vector<thread_spot>& spots, std::size_t cpus);
+
+// How many distinct CPUs a plan uses.
+std::size_t cpus_used(const std::vector<std::size_t>& plan);
+
+// The trial, round by round: `eligible` says a packed plan exists and the stage threads
+// keep busy the cores they would get (the CPUs a packed plan uses, or a core each while
+// spread) with nothing else taking the machine; `rate` is the items the chain moved per
+// second since the last round. One round spread is the baseline, then the threads are
+// packed; after a round to settle (migration, rings growing) the next round's rate
+// decides: packing stays if it moved at least as many items (ties pack: fewer cores),
+// else the threads go back to the OS and the next trial waits backoff rounds (doubling
+// from min_backoff to max_backoff). Packing ends when the threads stop being eligible
+// (heavier stages, idle threads, other work). hurried(): the placer's next round should
+// come soon (first_round), so a short run gets its answer. Thread-safety: one thread (the
+// placer's).
+class packing_trial {
+ public:
+  static constexpr std::uint32_t min_backoff = 8, max_backoff = 256;
+
+  // Whether the threads should be packed after a round with these measurements.
+  bool next(bool eligible, double rate) noexcept {
+    switch (state_) {
+      case state::spread:
+        if (wait_ > 0) {
+          --wait_;
+        } else if (eligible) {
+          state_ = state::measuring;
+        }
+        return false;
+      case state::measuring:  // the round just ended was spread and eligible: the baseline
+        if (!eligible) return give_up(0);
+        spread_rate_ = rate;
+        state_ = state::settling;
+        return true;
+      case state::settling:
+        if (!eligible) return give_up(0);
+        state_ = state::trying;
+        return true;
+      case state::trying:
+        if (eligible && rate >= spread_rate_) {
+          state_ = state::kept;
+          backoff_ = min_backoff;
+          return true;
+        }
+        return give_up(eligible ? backoff_ : 0, eligible);
+      case state::kept:
+        if (eligible) return true;
+        return give_up(0);
+    }
+    return false;
+  }
+  bool packed() const noexcept {
+    return state_ == state::settling || state_ == state::trying || state_ == state::kept;
+  }
+  bool hurried() const noexcept {
+    return state_ == state::measuring || state_ == state::settling || state_ == state::trying;
+  }
+
+ private:
+  enum class state { spread, measuring, settling, trying, kept };
+  // Back to the OS; a trial that lost waits `wait` rounds, and doubles the next wait.
+  bool give_up(std::uint32_t wait, bool lost = false) noexcept {
+    state_ = state::spread;
+    wait_ = wait;
+    if (lost) backoff_ = std::min(backoff_ * 2, max_backoff);
+    return false;
+  }
+
+  state state_ = state::spread;
+  double spread_rate_ = 0;
+  std::uint32_t wait_ = 0;
+  std::uint32_t backoff_ = min_backoff;
 };
 
 // Busy and total time of some CPUs, in /proc/stat's ticks.

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -176,6 +177,74 @@ TEST_CASE("auto_pin_rule: pins while alone and full, lets go when others come or
         Approx(0.1));
   auto_pin_rule first;
   CHECK(first.next({.own = 0.88, .process = 0.88, .machine = 1.0, .tick = 1.0}));
+}
+
+TEST_CASE("plan_packed: light neighbours in pairs, only with CPUs to spare") {
+  using detail::plan_packed;
+  const std::vector<double> trivial{13.9, 22.0, 20.1, 12.3};
+  CHECK(plan_packed(trivial, chain_of(4), 16) == plan_t{0, 0, 1, 1});
+  CHECK(detail::cpus_used({0, 0, 1, 1}) == 2);
+  // An odd one out alone; chain order, not the registry's order, makes the pairs.
+  CHECK(plan_packed({5, 5, 5, 5, 5}, chain_of(5), 8) == plan_t{0, 0, 1, 1, 2});
+  std::vector<detail::thread_spot> reversed = chain_of(4);
+  std::reverse(reversed.begin(), reversed.end());
+  CHECK(plan_packed(trivial, reversed, 16) == plan_t{1, 1, 0, 0});
+  CHECK(plan_packed({3, 4}, chain_of(2), 4) == plan_t{0, 0});
+  // No CPU to spare, one thread, or a stage of microseconds: nothing to pack.
+  CHECK(plan_packed(trivial, chain_of(4), 4).empty());
+  CHECK(plan_packed(trivial, chain_of(4), 2).empty());
+  CHECK(plan_packed({10}, chain_of(1), 16).empty());
+  CHECK(plan_packed({13.9, 2'000, 20.1, 12.3}, chain_of(4), 16).empty());
+  CHECK_FALSE(plan_packed({13.9, detail::light_stage_ns, 20.1, 12.3}, chain_of(4), 16).empty());
+}
+
+TEST_CASE("packing_trial: a spread baseline, a round to settle, then the rates decide") {
+  using detail::packing_trial;
+  packing_trial t;
+  CHECK_FALSE(t.packed());
+  CHECK_FALSE(t.hurried());
+  // Not eligible (heavy stages, idle threads, other work): spread, however fast.
+  CHECK_FALSE(t.next(false, 1e9));
+  // Eligible: the next round measures the spread rate, then the threads are packed.
+  CHECK_FALSE(t.next(true, 0));  // the first eligible round's rate may hold the start-up
+  CHECK(t.hurried());
+  CHECK(t.next(true, 10e6));  // the baseline: 10 M items/s spread; packed from now
+  CHECK(t.packed());
+  CHECK(t.hurried());
+  CHECK(t.next(true, 1e6));   // settling: a slow round while threads move does not count
+  CHECK(t.next(true, 10e6));  // as fast as spread: packing stays (fewer cores)
+  CHECK(t.packed());
+  CHECK_FALSE(t.hurried());
+  CHECK(t.next(true, 5e6));  // kept while eligible, whatever the rate
+  // No longer eligible: back to the OS, and a new trial may start at once.
+  CHECK_FALSE(t.next(false, 5e6));
+  CHECK_FALSE(t.packed());
+  CHECK_FALSE(t.next(true, 5e6));
+  CHECK(t.next(true, 20e6));  // baseline 20 M
+  CHECK(t.next(true, 20e6));  // settling
+  // Packed moved fewer: back to the OS, and no trial for min_backoff rounds.
+  CHECK_FALSE(t.next(true, 15e6));
+  CHECK_FALSE(t.packed());
+  CHECK_FALSE(t.hurried());
+  for (std::uint32_t i = 0; i < packing_trial::min_backoff; ++i) CHECK_FALSE(t.next(true, 20e6));
+  CHECK_FALSE(t.hurried());
+  CHECK_FALSE(t.next(true, 20e6));  // eligible again: measuring
+  CHECK(t.hurried());
+  CHECK(t.next(true, 20e6));
+  CHECK(t.next(true, 20e6));
+  CHECK_FALSE(t.next(true, 19e6));  // lost again: the wait doubles
+  std::uint32_t waited = 0;
+  while (!t.hurried() && waited < 10 * packing_trial::max_backoff) {
+    CHECK_FALSE(t.next(true, 20e6));
+    ++waited;
+  }
+  CHECK(waited == 2 * packing_trial::min_backoff + 1);  // the wait, then the measuring round
+  // Losing eligibility during the trial ends it without a wait.
+  CHECK(t.next(true, 20e6));
+  CHECK_FALSE(t.next(false, 20e6));
+  CHECK_FALSE(t.packed());
+  CHECK_FALSE(t.next(true, 20e6));
+  CHECK(t.hurried());
 }
 
 TEST_CASE("parse_cpu_ticks: the allowed CPUs' lines of /proc/stat") {
