@@ -24,6 +24,9 @@
 #                             host: bench_rings' SPSC regimes and bench_pipeline's trivial
 #                             and bare chains on the GPU machine's CPUs (host-only
 #                             binaries, in <build_dir>/benchmarks)
+#          PIPE_FILTER        the host step's bench_pipeline rows
+#          BASE_PIPELINE, ROUNDS (2)  the host step also runs an older bench_pipeline and
+#                             this build's, alternating, ROUNDS rounds
 #
 # The binaries may be copied to the GPU machine without the rest of the tree: the script
 # needs <build_dir>/{tests/gpu_tests, examples/*, benchmarks/bench_inference} and
@@ -145,11 +148,24 @@ if want host; then
   run rings.log 150 "$build/benchmarks/bench_rings" --benchmark_filter='spsc/.*/[0-9]+/[0-9]+B/' \
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/rings.json" --benchmark_out_format=json
-  run pipeline.log 90 "$build/benchmarks/bench_pipeline" \
-    --benchmark_filter='conveyor/trivial/workers:1/metrics:o|bare/trivial|tbb/trivial' \
+  pipe_filter=${PIPE_FILTER:-'conveyor/trivial/workers:1/metrics:o|bare/trivial|tbb/trivial'}
+  run pipeline.log 90 "$build/benchmarks/bench_pipeline" --benchmark_filter="$pipe_filter" \
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/pipe.json" --benchmark_out_format=json
   grep -h "_median" "$out/pipeline.log"
+  # BASE_PIPELINE: an older bench_pipeline; ROUNDS rounds of it and of this build's,
+  # alternating (the same filter), so that the two are compared within one machine's hour.
+  if [ -n "${BASE_PIPELINE:-}" ]; then
+    for r in $(seq "${ROUNDS:-2}"); do
+      for b in base this; do
+        bin=$BASE_PIPELINE
+        [ "$b" = this ] && bin=$build/benchmarks/bench_pipeline
+        run "pipeline_${b}_$r.log" 60 "$bin" --benchmark_filter="$pipe_filter" \
+          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+        grep -h "_median" "$out/pipeline_${b}_$r.log" | sed "s/^/$b $r: /"
+      done
+    done
+  fi
 fi
 
 echo "gpu_check: exit $status"
