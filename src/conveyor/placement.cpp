@@ -21,6 +21,17 @@
 
 namespace conveyor::detail {
 
+namespace {
+// The threads' indices in chain order (by spot; ties keep the registry's order).
+std::vector<std::size_t> chain_order(const std::vector<thread_spot>& spots) {
+  std::vector<std::size_t> order(spots.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return spots[a] < spots[b]; });
+  return order;
+}
+}  // namespace
+
 std::vector<std::size_t> plan_placement(const std::vector<double>& loads, std::size_t cpus) {
   std::vector<std::size_t> order(loads.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
@@ -40,10 +51,7 @@ std::vector<std::size_t> plan_placement(const std::vector<double>& loads, std::s
 std::vector<std::size_t> plan_runs(const std::vector<double>& loads,
                                    const std::vector<thread_spot>& spots, std::size_t cpus) {
   const std::size_t n = loads.size();
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return spots[a] < spots[b]; });
+  const std::vector<std::size_t> order = chain_order(spots);
   std::vector<double> w(n);
   for (std::size_t i = 0; i < n; ++i) w[i] = std::max(loads[order[i]], 0.0);
   const std::size_t runs = std::min(std::max<std::size_t>(cpus, 1), n);
@@ -151,10 +159,7 @@ std::vector<std::size_t> plan_packed(const std::vector<double>& loads,
   if (n < 2 || cpus <= n) return {};
   if (std::any_of(loads.begin(), loads.end(), [](double l) { return l > light_stage_ns; }))
     return {};
-  std::vector<std::size_t> order(n);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return spots[a] < spots[b]; });
+  const std::vector<std::size_t> order = chain_order(spots);
   std::vector<std::size_t> plan(n);
   for (std::size_t i = 0; i < n; ++i) plan[order[i]] = i / 2;
   return plan;
