@@ -13,8 +13,8 @@
 //                                    1<<20 items per iteration, the consumers check the sum
 //   idle/Q                           a consumer blocked in pop() on an empty ring for 1 s:
 //                                    its own thread CPU time, as cpu_us_per_s
-// "conveyor" is spsc_ring's default layout (cached_head), "conveyor-turns" its slot_turns
-// layout, the one a pipeline's links use.
+// "conveyor" is spsc_ring's default layout (line_turns for 8-byte items, cached_head for
+// 64-byte ones), "conveyor-turns" its slot_turns layout, the one a pipeline's links use.
 // "try" spins on try_push/try_pop (pause, and a yield every 64 failures so a waiting thread
 // hands back a shared core); "block" uses the queue's blocking calls. Peers: a std::mutex +
 // two std::condition_variable bounded queue ("mutex"), boost::lockfree ("boost", no blocking
@@ -163,7 +163,7 @@ struct no_state {};
 // ---------------------------------------------------------------------------------------
 // Adapters: one shape for every queue. try_push/try_pop never block; push/pop block.
 
-template <class E = item, conveyor::spsc_layout L = conveyor::spsc_layout::cached_head>
+template <class E = item, conveyor::spsc_layout L = conveyor::default_spsc_layout<E>>
 struct conveyor_spsc_of {
   static constexpr bool has_block = true;
   using value_type = E;

@@ -8,33 +8,38 @@
 //                                            //   closed *and* drained
 //   ring.drain([&](job&& j) noexcept { use(j); return true; }, 32);  // a burst, in order
 //   ring.close();                            // any thread: wakes both sides
-//   conveyor::spsc_ring<job, conveyor::spsc_layout::slot_turns> hop{1024};  // the other layout
+//   conveyor::spsc_ring<job, conveyor::spsc_layout::slot_turns> hop{1024};  // another layout
 //
-// Two layouts, the same calls and guarantees. Which one moves more items depends on the
-// host, the element size and which side catches up (benchmarks/RESULTS.md, "Rings"):
-// - cached_head (the default): what follows.
-// - slot_turns: the producer, too, looks at the slot it is about to fill instead of the
-//   consumer's index (the consumer hands each slot back by writing its next turn), so the
-//   only lines that travel are the slots'. A pipeline's links use it: its chains of small
-//   stages move more items over it.
+// Three layouts, the same calls and guarantees; which one moves more items depends on the
+// element size, the host and which side catches up (benchmarks/RESULTS.md, "Rings"). All
+// share Lamport's producer side: the producer owns the tail and keeps a private copy of
+// the consumer's head, which it reads only when its copy says the ring is full (as
+// rigtorp's SPSCQueue). The consumer never reads the producer's index: a turn number next
+// to the elements says which are there.
+// - line_turns, the default for elements of up to 28 bytes (two or more fit in a 64-byte
+//   line beside an 8-byte turn word): each cache line holds one turn word and as many
+//   elements as fit (seven of 8 bytes). The producer fills a line in order and stores its
+//   turn after each element; the consumer reads the turn of the line it takes from. One
+//   line carries several elements across, with one turn word between them.
+// - cached_head, the default for larger elements: each slot holds an element and the
+//   32-bit position it was written for (plus 1); the consumer looks at that slot alone.
+// - slot_turns: as cached_head, and the producer, too, looks at the slot it is about to
+//   fill instead of the consumer's index (the consumer hands each slot back by writing
+//   its next turn), so the only lines that travel are the slots'. A pipeline's links use
+//   it: its chains of small stages move more items over it.
+// Each index shares its cache line with nothing the other side writes in the steady
+// state: the lines that travel between the cores are the elements' own, from the
+// producer to the consumer, and the head's line when the producer has caught up with the
+// consumer. A consumer that has caught up waits on the line it will read, not on the
+// producer's index line, which the producer then keeps.
 //
-// cached_head: Lamport's ring with a cached index on the producer's side (as rigtorp's
-// SPSCQueue) and a turn number in each slot on the consumer's. The producer owns the tail
-// and keeps a private copy of the consumer's head, which it reads only when its copy says
-// the ring is full. Each slot holds an element and the 32-bit position it was written for
-// (plus 1): the consumer finds its next element by looking at that slot alone, and never
-// reads the producer's index. Each index shares its cache line with nothing the other side
-// writes in the steady state. So the only lines that travel between the cores are the
-// slots' own, once each, from the producer to the consumer (the consumer writes nothing
-// into a slot), and the head's line when the producer has caught up with the consumer; a
-// consumer that has caught up waits on the slot it will read, not on the producer's index
-// line, which the producer then keeps. The turn numbers cost 4 bytes a slot (more where
-// T's alignment pads them). Blocking calls spin briefly, then sleep (detail::wait_point).
-// A consumer that sleeps registers in the producer's line, which each push looks at
-// anyway; a producer sleeps only on a full ring, so each pop first looks at the slot just
-// behind its own (a line it has just read) and at the producer's sleeper word only when
-// that slot says the ring was full. The closed flag, written once, sits with the read-only
-// fields.
+// Blocking calls try once inline, then spin briefly and sleep (detail::wait_point). A
+// consumer that sleeps registers in the producer's line, which each push looks at anyway.
+// A producer sleeps only on a full ring: cached_head's pop looks at the slot just behind
+// its own (a line it has just read) and at the producer's sleeper word only when that
+// slot says the ring was full; slot_turns keeps that word on the consumer's own line
+// (its producer never reads the head), line_turns on a line of its own. The closed flag,
+// written once, sits with the read-only fields.
 //
 // Exception guarantees (T's constructor and move constructor may throw; its destructor
 // may not): a try_push / try_emplace / push whose construction throws adds nothing and
@@ -67,13 +72,33 @@
 
 namespace conveyor {
 
-// How an spsc_ring's producer learns that a slot is free again (see the header comment).
-enum class spsc_layout { cached_head, slot_turns };
+// Where an spsc_ring keeps its elements and how each side learns of the other's progress
+// (see the header comment).
+enum class spsc_layout { cached_head, slot_turns, line_turns };
 
-template <class T, spsc_layout Layout = spsc_layout::cached_head>
+namespace detail {
+// line_turns' unit: one cache line, what moves between cores (cache_line_size, 128, is the
+// distance that keeps two written words apart, prefetch included).
+inline constexpr std::size_t turn_line_size = 64;
+// How many T fit in such a line after its 8-byte turn word.
+template <class T>
+inline constexpr std::size_t line_items =
+    alignof(T) >= turn_line_size ? 0
+                                 : (turn_line_size - (alignof(T) > 8 ? alignof(T) : 8)) / sizeof(T);
+}  // namespace detail
+
+// The default: line_turns where a line holds two elements or more, else cached_head.
+template <class T>
+inline constexpr spsc_layout default_spsc_layout =
+    detail::line_items<T> >= 2 ? spsc_layout::line_turns : spsc_layout::cached_head;
+
+template <class T, spsc_layout Layout = default_spsc_layout<T>>
 class spsc_ring {
   static_assert(std::is_nothrow_destructible_v<T>, "spsc_ring: T must be nothrow destructible");
   static_assert(std::is_move_constructible_v<T>, "spsc_ring: T must be move constructible");
+  static_assert(Layout != spsc_layout::line_turns || detail::line_items<T> >= 1,
+                "spsc_ring: line_turns needs an element that fits in a cache line beside an "
+                "8-byte turn word; use cached_head (the default for larger elements)");
 
  public:
   using value_type = T;
@@ -81,13 +106,19 @@ class spsc_ring {
   // @throws config_error unless capacity is a power of two in [2, 2^30].
   explicit spsc_ring(std::size_t capacity)
       : capacity_((detail::check_ring_capacity("spsc_ring", capacity), capacity)),
-        mask_(capacity - 1),
-        slots_(capacity) {
-    // Slot i holds turn i: free for position i (slot_turns), and a turn the consumer,
-    // which asks slot i for i + 1, i + 1 + capacity, ..., never reads as an element.
+        mask_(units(capacity) - 1),
+        slots_(units(capacity)) {
     // Published with the ring itself.
-    for (std::size_t i = 0; i < capacity; ++i)
-      ::new (static_cast<void*>(slots_.data() + i)) slot(free_turn(i));
+    if constexpr (Layout == spsc_layout::line_turns) {
+      // Turn 0: below every position's line_turn().
+      for (std::size_t i = 0; i < units(capacity); ++i)
+        ::new (static_cast<void*>(slots_.data() + i)) unit(0);
+    } else {
+      // Slot i holds turn i: free for position i (slot_turns), and a turn the consumer,
+      // which asks slot i for i + 1, i + 1 + capacity, ..., never reads as an element.
+      for (std::size_t i = 0; i < capacity; ++i)
+        ::new (static_cast<void*>(slots_.data() + i)) unit(free_turn(i));
+    }
   }
 
   ~spsc_ring() {
@@ -122,13 +153,11 @@ class spsc_ring {
   // Blocks while full. Returns false, and drops v, once the ring is closed. With timing:
   // adds what its waits cost to *timing.
   // @note blocks the calling (producer) thread.
-  bool push(T v, wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    for (;;) {
-      // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
-      if (emplace(std::move(v))) return true;
-      if (closed()) return false;
-      not_full_.wait([this] { return has_room() || closed(); }, timing);
-    }
+  CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
+    if (emplace(std::move(v))) return true;
+    return push_slow(v, timing);
   }
 
   // ---- consumer ---------------------------------------------------------------------
@@ -166,8 +195,14 @@ class spsc_ring {
   // position: the element's position (see try_pop(std::size_t*)); with timing: adds what
   // its waits cost to *timing.
   // @note blocks the calling (consumer) thread.
-  std::optional<T> pop(std::size_t* position = nullptr, wait_timing* timing = nullptr) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  CONVEYOR_HOT_INLINE std::optional<T> pop(
+      std::size_t* position = nullptr,
+      wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    if (takable(head)) {
+      if (position) *position = head;
+      return take(head);
+    }
     return pop_unless([] { return false; }, position, timing);
   }
 
@@ -267,26 +302,41 @@ class spsc_ring {
   }
 
  private:
+  // push() once the ring was full: wait for room, out of line.
+  [[gnu::noinline]] bool push_slow(T& v, wait_timing* timing) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    for (;;) {
+      if (closed()) return false;
+      not_full_.wait([this] { return has_room() || closed(); }, timing);
+      // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
+      if (emplace(std::move(v))) return true;
+    }
+  }
+
   template <class... Args>
   CONVEYOR_HOT_INLINE bool emplace(Args&&... args) {
     // relaxed: an advisory refusal (see close()).
     if (closed_.load(std::memory_order_relaxed)) return false;
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
-    slot& s = slots_.data()[tail & mask_];
     if constexpr (Layout == spsc_layout::slot_turns) {
       // acquire: pairs with the release store of the free turn in release(); the
       // consumer's move-out and destruction of that slot happen-before we fill it.
-      if (s.turn.load(std::memory_order_acquire) != free_turn(tail)) return false;  // full
+      if (slots_.data()[tail & mask_].turn.load(std::memory_order_acquire) != free_turn(tail))
+        return false;  // full
     } else if (tail - producer_.head_cache == capacity_) {
       // acquire: pairs with the release store of head in release(); as above.
       producer_.head_cache = consumer_.head.load(std::memory_order_acquire);
       if (tail - producer_.head_cache == capacity_) return false;  // full
     }
-    ::new (static_cast<void*>(s.bytes)) T(std::forward<Args>(args)...);  // may throw:
+    ::new (static_cast<void*>(element(tail))) T(std::forward<Args>(args)...);  // may throw:
     // nothing is published then.
     // release: pairs with the acquire load of the turn in takable(); the construction
-    // above happens-before the consumer reads the element.
-    s.turn.store(turn_of(tail), std::memory_order_release);
+    // above (line_turns: and every earlier one in its line) happens-before the consumer
+    // reads the element.
+    if constexpr (Layout == spsc_layout::line_turns)
+      line_of(tail).turn.store(line_turn(tail), std::memory_order_release);
+    else
+      slots_.data()[tail & mask_].turn.store(turn_of(tail), std::memory_order_release);
     // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
     producer_.tail.store(tail + 1, std::memory_order_relaxed);
     not_empty_.notify();
@@ -306,7 +356,19 @@ class spsc_ring {
   CONVEYOR_HOT_INLINE bool takable(std::size_t head) const noexcept {
     // acquire: pairs with the release store of the turn in emplace(); the element is
     // constructed before we see its turn.
+    if constexpr (Layout == spsc_layout::line_turns)
+      return line_of(head).turn.load(std::memory_order_acquire) >= line_turn(head);
     return slots_.data()[head & mask_].turn.load(std::memory_order_acquire) == turn_of(head);
+  }
+  // line_turns: the turn a line holds once position pos's element is in it, and every
+  // earlier one of its lap: its lap's count of lines, times 64, plus how many of the
+  // line's elements are there. A line's turn only grows (within a lap, element by
+  // element; from lap to lap, by 64 x lines), so a turn at least pos's says pos is there:
+  // the producer writes in order, and cannot reuse pos's place before the consumer has
+  // taken pos (capacity <= lines x line_items). 64-bit: wraps after 2^58 positions.
+  static std::uint64_t line_turn(std::size_t pos) noexcept {
+    const std::uint64_t lap_line = pos / per_line;
+    return lap_line * 64 + (pos - lap_line * per_line) + 1;
   }
   // The turn a slot holds while it holds position pos's element. 32 bits: positions a lap
   // apart (capacity <= 2^30) never share one, and a slot's turn is rewritten every lap.
@@ -351,15 +413,22 @@ class spsc_ring {
       consumer_.head.store(head + 1, std::memory_order_relaxed);
       // The consumer's own line: notify() costs a load of a line it holds.
       not_full_.notify();
-      return;
+    } else {
+      // release: pairs with the acquire load of head in emplace() / has_room(); the
+      // move-out and the destruction happen-before the producer fills the place again.
+      consumer_.head.store(head + 1, std::memory_order_release);
+      if constexpr (Layout == spsc_layout::line_turns) {
+        // The producer's sleeper word has a line of its own (producer_sleeps_apart_):
+        // a load from a line nobody writes until a producer sleeps.
+        not_full_.notify();
+      } else {
+        // A producer sleeps only on a full ring, after it wrote position head - 1 +
+        // capacity into the slot just behind this one: the consumer looks there (a line
+        // it has just read) and at the producer's sleeper word only when that slot says
+        // the ring was full.
+        not_full_.notify_if([&] { return full_behind(head); });
+      }
     }
-    // release: pairs with the acquire load of head in emplace() / has_room(); the move-out
-    // and the destruction happen-before the producer fills the slot again.
-    consumer_.head.store(head + 1, std::memory_order_release);
-    // A producer sleeps only on a full ring, after it wrote position head - 1 + capacity
-    // into the slot just behind this one: the consumer looks there (a line it has just
-    // read) and at the producer's sleeper word only when that slot says the ring was full.
-    not_full_.notify_if([&] { return full_behind(head); });
   }
 
   // The consumer, having taken position head: whether the producer had then filled the
@@ -372,7 +441,13 @@ class spsc_ring {
   }
 
   T* element(std::size_t i) const noexcept {
-    return std::launder(reinterpret_cast<T*>(slots_.data()[i & mask_].bytes));
+    if constexpr (Layout == spsc_layout::line_turns) {
+      const std::size_t lap_line = i / per_line;
+      return std::launder(
+          reinterpret_cast<T*>(slots_.data()[lap_line & mask_].bytes[i - lap_line * per_line]));
+    } else {
+      return std::launder(reinterpret_cast<T*>(slots_.data()[i & mask_].bytes));
+    }
   }
 
   struct slot {
@@ -380,6 +455,27 @@ class spsc_ring {
     std::atomic<std::uint32_t> turn;
     alignas(T) unsigned char bytes[sizeof(T)];  // the element, while it holds one
   };
+  // line_turns: a cache line of elements (positions lap_line x per_line onwards) behind
+  // one turn word.
+  static constexpr std::size_t per_line = detail::line_items<T> >= 1 ? detail::line_items<T> : 1;
+  struct alignas(detail::turn_line_size) line {
+    explicit line(std::uint64_t t) noexcept : turn(t) {}
+    std::atomic<std::uint64_t> turn;
+    alignas(T) unsigned char bytes[per_line][sizeof(T)];  // the elements, while there
+  };
+  using unit = std::conditional_t<Layout == spsc_layout::line_turns, line, slot>;
+  // How many slots (or lines) a ring of this capacity has: line_turns, enough lines for
+  // capacity elements, a power of two of them.
+  static std::size_t units(std::size_t capacity) noexcept {
+    if constexpr (Layout == spsc_layout::line_turns) {
+      std::size_t lines = 1;
+      while (lines * per_line < capacity) lines *= 2;
+      return lines;
+    } else {
+      return capacity;
+    }
+  }
+  line& line_of(std::size_t pos) const noexcept { return slots_.data()[(pos / per_line) & mask_]; }
 
   // The producer's line: how many elements it has pushed and its copy of the consumer's
   // head (cached_head; both written by the producer only), and where a sleeping consumer
@@ -399,6 +495,8 @@ class spsc_ring {
   struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {
     using detail::wait_point::wait_point;
   };
+  static_assert(Layout != spsc_layout::line_turns || sizeof(line) == detail::turn_line_size,
+                "spsc_ring: a line_turns unit must be exactly one cache line");
   static_assert(sizeof(producer_side) == cache_line_size &&
                     sizeof(consumer_side) == cache_line_size,
                 "spsc_ring: each side's index and cache must own exactly one cache line");
@@ -407,12 +505,22 @@ class spsc_ring {
   // this line on every call (the flag each time they find nothing to do) and keep it.
   alignas(cache_line_size) const std::size_t capacity_;
   const std::size_t mask_;
-  detail::aligned_slots<slot> slots_;
+  detail::aligned_slots<unit> slots_;
   std::atomic<bool> closed_{false};
   producer_side producer_;
   consumer_side consumer_;
   aligned_wait_point not_empty_{producer_.consumer_sleeps};  // consumer sleeps; producer notifies
-  aligned_wait_point not_full_{consumer_.producer_sleeps};   // producer sleeps; consumer notifies
+  // line_turns: where a sleeping producer registers, on a line of its own. The consumer
+  // looks there on every pop, and its own line (the head) travels to the producer
+  // whenever the producer refreshes its cache: a load there after the head's store would
+  // wait for that line to come back.
+  struct alignas(cache_line_size) apart_word {
+    std::atomic<std::uint32_t> word{0};
+  } producer_sleeps_apart_;
+  aligned_wait_point not_full_{
+      Layout == spsc_layout::line_turns
+          ? producer_sleeps_apart_.word
+          : consumer_.producer_sleeps};  // producer sleeps; consumer notifies
 };
 
 }  // namespace conveyor

@@ -1,10 +1,11 @@
-// spsc_ring, in both layouts: single-thread semantics, lifetimes, close/drain, wake-ups,
-// a 10M-item in-order stress test and the consumer's view of the size.
+// spsc_ring, in every layout (and the default one): single-thread semantics, lifetimes,
+// close/drain, wake-ups, a 10M-item in-order stress test and the consumer's view of the size.
 #include "conveyor/ring/spsc_ring.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -20,7 +21,7 @@
 using conveyor::spsc_layout;
 namespace t = conveyor::test;
 
-// The two layouts, as types for TEMPLATE_TEST_CASE: TestType::ring<T> is the ring.
+// The layouts, as types for TEMPLATE_TEST_CASE: TestType::ring<T> is the ring.
 struct cached_head {
   template <class T>
   using ring = conveyor::spsc_ring<T, spsc_layout::cached_head>;
@@ -29,54 +30,67 @@ struct slot_turns {
   template <class T>
   using ring = conveyor::spsc_ring<T, spsc_layout::slot_turns>;
 };
+// The default: line_turns for elements of up to 28 bytes (most cases here), cached_head
+// for larger ones.
+struct default_layout {
+  template <class T>
+  using ring = conveyor::spsc_ring<T>;
+};
+static_assert(conveyor::default_spsc_layout<std::uint64_t> == spsc_layout::line_turns);
+static_assert(conveyor::default_spsc_layout<std::array<char, 24>> == spsc_layout::line_turns);
+static_assert(conveyor::default_spsc_layout<std::array<char, 32>> == spsc_layout::cached_head);
 
-TEMPLATE_TEST_CASE("spsc_ring: noexcept follows the element type", "", cached_head, slot_turns) {
+TEMPLATE_TEST_CASE("spsc_ring: noexcept follows the element type", "", cached_head, slot_turns,
+                   default_layout) {
   t::check_noexcept_follows_element<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: bad capacities throw config_error naming the fix", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::check_capacity_errors<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: random single-thread operations match a deque", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::check_against_model<TestType::template ring>();
 }
-TEMPLATE_TEST_CASE("spsc_ring: constructions balance destructions", "", cached_head, slot_turns) {
+TEMPLATE_TEST_CASE("spsc_ring: constructions balance destructions", "", cached_head, slot_turns,
+                   default_layout) {
   t::check_lifetimes<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: small, large and over-aligned elements survive laps", "",
-                   cached_head, slot_turns) {
+                   cached_head, slot_turns, default_layout) {
   t::check_element_layouts<TestType::template ring>();
 }
-TEMPLATE_TEST_CASE("spsc_ring: move-only elements", "", cached_head, slot_turns) {
+TEMPLATE_TEST_CASE("spsc_ring: move-only elements", "", cached_head, slot_turns, default_layout) {
   t::check_move_only<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: try_emplace builds in the slot and leaves its arguments on failure",
-                   "", cached_head, slot_turns) {
+                   "", cached_head, slot_turns, default_layout) {
   t::check_try_emplace<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: close refuses pushes and drains to nullopt", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::check_close_and_drain<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: blocked threads wake on push, pop and close", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::check_blocking_wakeups<TestType::template ring>();
 }
-TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, asymmetric barrier", "", cached_head, slot_turns) {
+TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, asymmetric barrier", "", cached_head, slot_turns,
+                   default_layout) {
   t::hunt_lost_wakeups<TestType::template ring>(false);
 }
-TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, portable barrier", "", cached_head, slot_turns) {
+TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, portable barrier", "", cached_head, slot_turns,
+                   default_layout) {
   t::hunt_lost_wakeups<TestType::template ring>(true);
 }
 
 TEMPLATE_TEST_CASE("spsc_ring: lost-wakeup hunt, batched wake-ups under load", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::hunt_lost_wakeups_batched<TestType::template ring>();
 }
 
-TEMPLATE_TEST_CASE("spsc_ring: 10M items arrive complete and in order", "", cached_head,
-                   slot_turns) {
+TEMPLATE_TEST_CASE("spsc_ring: 10M items arrive complete and in order", "", cached_head, slot_turns,
+                   default_layout) {
   const bool blocking = GENERATE(true, false);
   const std::size_t capacity = GENERATE(2u, 1024u);
   const std::uint64_t n = t::scaled(10'000'000);
@@ -113,7 +127,7 @@ TEMPLATE_TEST_CASE("spsc_ring: 10M items arrive complete and in order", "", cach
 // drain: f on each element there, in order, up to the bound, stopping where f says so;
 // each slot is the producer's again before f runs, as after a pop.
 TEMPLATE_TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its bound", "",
-                   cached_head, slot_turns) {
+                   cached_head, slot_turns, default_layout) {
   typename TestType::template ring<std::unique_ptr<int>> ring{8};
   for (int i = 0; i < 8; ++i) REQUIRE(ring.try_push(std::make_unique<int>(i)));
   std::vector<int> seen;
@@ -152,7 +166,7 @@ TEMPLATE_TEST_CASE("spsc_ring: a drain takes what is there, in order, up to its 
 }
 
 TEMPLATE_TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in order", "",
-                   cached_head, slot_turns) {
+                   cached_head, slot_turns, default_layout) {
   const std::size_t capacity = GENERATE(2u, 1024u);
   const std::uint64_t n = t::scaled(10'000'000);
   CAPTURE(capacity, n);
@@ -180,17 +194,17 @@ TEMPLATE_TEST_CASE("spsc_ring: 10M items taken in bursts arrive complete and in 
 }
 
 TEMPLATE_TEST_CASE("spsc_ring: pop_until times out, delivers, and sees close", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::check_pop_until<TestType::template ring>();
 }
 
 TEMPLATE_TEST_CASE("spsc_ring: pop reports each element's position in push order", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::check_positions<TestType::template ring>();
 }
 
 TEMPLATE_TEST_CASE("spsc_ring: measured pop and push report what their waits cost", "", cached_head,
-                   slot_turns) {
+                   slot_turns, default_layout) {
   t::check_measured_waits<TestType::template ring>();
 }
 
@@ -391,7 +405,7 @@ TEST_CASE("wait_point: batched wake-ups under load, and when they come") {
 // it has taken the only element there is, the size it reads must be 0: it must never see
 // its own head run past the producer's tail (which, unsigned, would read as full).
 TEMPLATE_TEST_CASE("spsc_ring: the consumer never reads a size below what it has taken", "",
-                   cached_head, slot_turns) {
+                   cached_head, slot_turns, default_layout) {
   const std::uint64_t rounds = t::scaled(200'000);
   typename TestType::template ring<std::uint64_t> ring{8};
   std::atomic<std::uint64_t> taken{0};
@@ -427,7 +441,7 @@ TEMPLATE_TEST_CASE("spsc_ring: the consumer never reads a size below what it has
 // nothing; a pop whose move throws leaves the element where it was; every pop moves its
 // element once; nothing leaks, across laps and with elements left at destruction.
 TEMPLATE_TEST_CASE("spsc_ring: throwing copies, moves and constructions keep the ring whole", "",
-                   cached_head, slot_turns) {
+                   cached_head, slot_turns, default_layout) {
   using t::fragile;
   fragile::live.store(0);
   {
