@@ -11,11 +11,11 @@
 //   conveyor::spsc_ring<job, conveyor::spsc_layout::slot_turns> hop{1024};  // another layout
 //
 // Three layouts, the same calls and guarantees; which one moves more items depends on the
-// element size, the host and which side catches up (benchmarks/RESULTS.md, "Rings"). All
-// share Lamport's producer side: the producer owns the tail and keeps a private copy of
-// the consumer's head, which it reads only when its copy says the ring is full (as
-// rigtorp's SPSCQueue). The consumer never reads the producer's index: a turn number next
-// to the elements says which are there.
+// element size, the host and which side catches up (benchmarks/RESULTS.md, "Rings"). In
+// all three the consumer never reads the producer's index: a turn number next to the
+// elements says which are there. line_turns and cached_head share Lamport's producer
+// side: the producer owns the tail and keeps a private copy of the consumer's head, which
+// it reads only when its copy says the ring is full (as rigtorp's SPSCQueue).
 // - line_turns, the default for elements of up to 28 bytes (two or more fit in a 64-byte
 //   line beside an 8-byte turn word): each cache line holds one turn word and as many
 //   elements as fit (seven of 8 bytes). The producer fills a line in order and stores its
