@@ -36,6 +36,12 @@ struct default_layout {
   template <class T>
   using ring = conveyor::spsc_ring<T>;
 };
+// line_turns named explicitly: also for elements whose default is cached_head (one to a
+// line, over-aligned ones behind a padded turn word).
+struct line_turns {
+  template <class T>
+  using ring = conveyor::spsc_ring<T, spsc_layout::line_turns>;
+};
 static_assert(conveyor::default_spsc_layout<std::uint64_t> == spsc_layout::line_turns);
 static_assert(conveyor::default_spsc_layout<std::array<char, 24>> == spsc_layout::line_turns);
 static_assert(conveyor::default_spsc_layout<std::array<char, 32>> == spsc_layout::cached_head);
@@ -57,7 +63,7 @@ TEMPLATE_TEST_CASE("spsc_ring: constructions balance destructions", "", cached_h
   t::check_lifetimes<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: small, large and over-aligned elements survive laps", "",
-                   cached_head, slot_turns, default_layout) {
+                   cached_head, slot_turns, default_layout, line_turns) {
   t::check_element_layouts<TestType::template ring>();
 }
 TEMPLATE_TEST_CASE("spsc_ring: move-only elements", "", cached_head, slot_turns, default_layout) {
