@@ -1,7 +1,6 @@
 // src/conveyor/control.cpp: the members of a pipeline's control block that are not on an
 // item's path (conveyor/stage/detail/control.hpp).
 #include "conveyor/stage/detail/control.hpp"
-#include "conveyor/stage/detail/worker_probe.hpp"
 
 #include <exception>
 #include <utility>
@@ -121,10 +120,6 @@ void check_workers(const std::string& stage, std::size_t n) {
   CONVEYOR_EXPECTS(n >= 1 && n <= max_workers,
                    "stage '" + stage + "': workers must be in [1, 1024], got " + std::to_string(n) +
                        "; pass .workers(1) or more (usually <= cores)");
-}
-
-std::string worker_track_name(const std::string& stage, std::size_t w, std::size_t workers) {
-  return workers == 1 ? stage : stage + " #" + std::to_string(w + 1);
 }
 
 }  // namespace conveyor::detail

@@ -57,10 +57,7 @@ class worker_probe {
                                          : 64) {}
   worker_probe(const worker_probe&) = delete;
   worker_probe& operator=(const worker_probe&) = delete;
-  ~worker_probe() {  // the last items' work, and the thread's CPU time, when the worker ends
-    before_wait();
-    if (on_) w_->set_cpu_ns(thread_cpu_ns());
-  }
+  ~worker_probe();  // the last items' work, and the thread's CPU time, when the worker ends
 
   // Pops from the input ring (with its position when pos is given). A pop that found an
   // item ready reads no clock: it is charged with the phase after it (the work), which
@@ -124,20 +121,16 @@ class worker_probe {
   template <class Wait>
   auto wait_as(wait_for kind, Wait&& wait) -> decltype(wait(nullptr)) {
     wait_timing t;
-    const auto counted_wait = [&] {
+    if (on_ && (track_ != nullptr || waits_++ % round_sample_period == 0)) {
+      before_wait();
       auto r = wait(&t);
       w_->add_spin_rounds(t.rounds);
-      return r;
-    };
-    if (!on_) return counted_wait();
-    if (track_ != nullptr || waits_++ % round_sample_period == 0) {
-      before_wait();
-      auto r = counted_wait();
-      const metrics::phase p = kind == wait_for::input ? clock_.starved() : clock_.blocked();
-      learn_round(p.length_ns() - t.slow_ns, t.rounds);
+      charge_timed_wait(kind, t);
       return r;
     }
-    auto r = counted_wait();
+    auto r = wait(&t);
+    w_->add_spin_rounds(t.rounds);
+    if (!on_) return r;
     (kind == wait_for::input ? pending_starved_ns_ : pending_blocked_ns_) +=
         std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
     if (t.end_ns != 0) (void)charge_until(t.end_ns);
@@ -156,11 +149,7 @@ class worker_probe {
   // Charges busy time since the last mark and draws it as a span named `name`.
   // Waits since the last mark that were not timed (see wait_as()) are charged as
   // what they were.
-  void busy(const char* name) noexcept {
-    if (!on_) return;
-    const metrics::phase p = mark();
-    if (track_ != nullptr) track_->span(name, p);
-  }
+  void busy(const char* name) noexcept;
   void busy() noexcept { busy(span_); }
 
   // Marks the end of one item's work. With a trace track it is busy(): one clock read
@@ -219,54 +208,29 @@ class worker_probe {
   const char* counter_;
   registered_worker registered_;  // known to the pipeline (its placer) while it runs
 
+  // The end of a wait timed with the clock around it (see wait_as()): charged as starved
+  // or blocked, and the cost of a spin round learned from it.
+  void charge_timed_wait(wait_for kind, const wait_timing& t) noexcept;
+
   // work_done()'s mark: a span with a trace track; else the lazy items' phase, whose
   // length per item sets the next mark period.
-  [[gnu::noinline]] void mark_work() noexcept {
-    if (!on_) {  // 2^32 - 1 items without metrics
-      lazy_ = 0;
-      return;
-    }
-    if (track_ != nullptr) return busy();
-    const std::uint32_t items = lazy_;
-    const std::int64_t per_item = mark().length_ns() / items;
-    mark_period_ = static_cast<std::uint32_t>(std::clamp<std::int64_t>(
-        per_item > 0 ? mark_interval_ns / per_item : max_mark_period, 1, max_mark_period));
-  }
+  void mark_work() noexcept;
 
   // Folds one timed wait's spin (spin_ns over `rounds` rounds) into the cost of a round:
   // a moving average (the first sample sets it), each sample bounded so that a spin
   // preempted in the middle (tens of milliseconds on a loaded machine) cannot make every
   // later estimate huge.
-  void learn_round(std::int64_t spin_ns, std::uint32_t rounds) noexcept {
-    if (rounds == 0) return;
-    std::int64_t per_round = std::clamp<std::int64_t>(spin_ns / rounds, 0, max_round_ns);
-    if (round_ns_ != 0) per_round = std::min(per_round, 2 * round_ns_);
-    round_ns_ = round_ns_ == 0 ? per_round : (3 * round_ns_ + per_round) / 4;
-  }
+  void learn_round(std::int64_t spin_ns, std::uint32_t rounds) noexcept;
   static constexpr std::int64_t max_round_ns = 2000;  // a pause and a re-check: far less
 
   // A clock mark of the stage's work: closes the phase now, and the next pop (or burst)
   // samples the input ring's occupancy. A sample due stays due until taken: a burst
   // marks each of its items (with a trace track) before the next burst samples.
-  metrics::phase mark() noexcept {
-    if (track_ == nullptr || ++marks_ % occupancy_period == 0) occupancy_due_ = true;
-    return charge_until(now_ns());
-  }
+  metrics::phase mark() noexcept;
 
   // Closes the phase at end_ns: the waits not timed since the last mark are charged as
   // starved and blocked (at most the whole phase), the rest as busy.
-  metrics::phase charge_until(std::int64_t end_ns) noexcept {
-    lazy_ = 0;
-    // The thread's CPU time, at most every cpu_read_period_ns of the clock it already
-    // read (one system call, not a clock read per item).
-    if (end_ns - cpu_read_ns_ >= cpu_read_period_ns) {
-      cpu_read_ns_ = end_ns;
-      w_->set_cpu_ns(thread_cpu_ns());
-    }
-    const metrics::phase p = clock_.busy_until(end_ns, pending_starved_ns_, pending_blocked_ns_);
-    pending_starved_ns_ = pending_blocked_ns_ = 0;
-    return p;
-  }
+  metrics::phase charge_until(std::int64_t end_ns) noexcept;
 
   static constexpr std::uint32_t no_marks = ~std::uint32_t{0};
   std::uint32_t marks_ = 0;    // with a trace track: for the occupancy sample
