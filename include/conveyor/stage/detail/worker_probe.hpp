@@ -13,7 +13,6 @@
 // Thread-safety: a worker_probe belongs to the one thread that made it.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
