@@ -1,9 +1,12 @@
 // src/conveyor/control.cpp: the members of a pipeline's control block that are not on an
-// item's path (conveyor/stage/detail/control.hpp).
+// item's path (conveyor/stage/detail/control.hpp), and the reorder buffer's window check.
 #include "conveyor/stage/detail/control.hpp"
 
 #include <exception>
+#include <string>
 #include <utility>
+
+#include "conveyor/stage/detail/reorder_buffer.hpp"
 
 namespace conveyor::detail {
 namespace {
@@ -120,6 +123,14 @@ void check_workers(const std::string& stage, std::size_t n) {
   CONVEYOR_EXPECTS(n >= 1 && n <= max_workers,
                    "stage '" + stage + "': workers must be in [1, 1024], got " + std::to_string(n) +
                        "; pass .workers(1) or more (usually <= cores)");
+}
+
+// ---- stage/detail/reorder_buffer.hpp ---------------------------------------------------
+
+void check_reorder_window(std::size_t window) {
+  CONVEYOR_EXPECTS(window >= 2 && (window & (window - 1)) == 0,
+                   "conveyor internal error: a reorder window must be a power of two >= 2, got " +
+                       std::to_string(window) + "; please report it");
 }
 
 }  // namespace conveyor::detail

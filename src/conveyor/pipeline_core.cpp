@@ -16,6 +16,7 @@
 #include "conveyor/base/clock.hpp"
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/error.hpp"
+#include "conveyor/pipeline/detail/service.hpp"
 #include "conveyor/pipeline/placement.hpp"
 #include "conveyor/report/progress.hpp"
 #include "conveyor/report/timeline.hpp"
@@ -258,6 +259,45 @@ std::string pipeline_core::trace_json() const {
   std::ostringstream o;
   write_trace(o);
   return o.str();
+}
+
+void throw_moved_from(const char* call) {
+  throw closed_error(std::string("conveyor::pipeline: ") + call +
+                     " on a moved-from pipeline: its stages and threads went to the pipeline it "
+                     "was moved to; call that one");
+}
+
+void throw_before_start(const char* call) {
+  throw closed_error(std::string("conveyor::pipeline: ") + call + " before start()");
+}
+
+void throw_refused(const char* call, const control& ctl) {
+  const std::string why = failure_reason(ctl);
+  if (why.empty()) throw closed_error(std::string("conveyor::pipeline: ") + call + " after stop()");
+  throw closed_error(std::string("conveyor::pipeline: ") + call +
+                     " refused: the pipeline stopped " + why);
+}
+
+// ---- pipeline/detail/service.hpp ------------------------------------------------------
+
+void check_service_capacity(std::size_t n) {
+  CONVEYOR_EXPECTS(n >= 2 && n <= max_ring_capacity && is_power_of_two(n),
+                   "conveyor::input<T>().capacity(n): n is how many items the service holds at "
+                   "once and must be a power of two in [2, 2^30], got " +
+                       std::to_string(n) + "; pass " + std::to_string(next_power_of_two(n)) +
+                       " (or leave it out: 1024)");
+}
+
+std::string failure_reason(const control& ctl) {
+  const std::exception_ptr e = ctl.error.get();
+  if (!e) return {};
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return std::string("because ") + ex.what();
+  } catch (...) {
+    return "because a stage threw an unknown exception";
+  }
 }
 
 }  // namespace conveyor::detail

@@ -12,6 +12,8 @@ std::string worker_track_name(const std::string& stage, std::size_t w, std::size
   return workers == 1 ? stage : stage + " #" + std::to_string(w + 1);
 }
 
+std::string ring_track_name(const std::string& stage) { return "ring " + stage; }
+
 worker_probe::~worker_probe() {
   before_wait();
   if (on_) w_->set_cpu_ns(thread_cpu_ns());

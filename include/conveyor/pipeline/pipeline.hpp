@@ -545,10 +545,7 @@ class pipeline<chain<Bound...>> {
 
   // The state, for `call`. @throws closed_error on a moved-from pipeline.
   state& live(const char* call) const {
-    if (!state_)
-      throw closed_error(std::string("conveyor::pipeline: ") + call +
-                         " on a moved-from pipeline: its stages and threads went to the "
-                         "pipeline it was moved to; call that one");
+    if (!state_) detail::throw_moved_from(call);
     return *state_;
   }
 
@@ -571,8 +568,7 @@ class pipeline<chain<Bound...>> {
     return ticket;
   }
   void require_running(const char* call) const {
-    if (!live(call).core.started())
-      throw closed_error(std::string("conveyor::pipeline: ") + call + " before start()");
+    if (!live(call).core.started()) detail::throw_before_start(call);
     if (stopping()) refuse(call);
   }
   // Whether the service takes no more: its input was closed (stop(drain)) or it stopped
@@ -586,11 +582,7 @@ class pipeline<chain<Bound...>> {
   }
   // @throws closed_error for `call` on a stopped service, saying why it stopped.
   [[noreturn]] void refuse(const char* call) const {
-    const std::string why = detail::failure_reason(state_->core.ctl());
-    if (why.empty())
-      throw closed_error(std::string("conveyor::pipeline: ") + call + " after stop()");
-    throw closed_error(std::string("conveyor::pipeline: ") + call +
-                       " refused: the pipeline stopped " + why);
+    detail::throw_refused(call, state_->core.ctl());
   }
 
   // submit()'s second half (see service_tickets::enter()).

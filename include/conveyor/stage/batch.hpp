@@ -146,7 +146,7 @@ class batch_node {
         out_(out),
         stats_((validate(stage_), 1)),
         batches_(stage_.max_size()),
-        ring_name_("ring " + stage_.name()),
+        ring_name_(ring_track_name(stage_.name())),
         track_(ctl_.make_track(stage_.name())) {
     if (const auto d = stage_.target()) {
       CONVEYOR_EXPECTS(ctl_.feedback == nullptr,

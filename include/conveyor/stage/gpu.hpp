@@ -180,7 +180,7 @@ class gpu_node {
             out, ctl) {
     const gpu_options& o = stage_.options();
     lanes_.reserve(o.lanes);
-    ring_name_ = "ring " + o.name;
+    ring_name_ = ring_track_name(o.name);
     for (std::size_t l = 0; l < o.lanes; ++l) {
       // Everything of the lane is made on its device (the guard restores this thread's).
       const int dev = o.devices.empty() ? R::current_device() : o.devices[l % o.devices.size()];

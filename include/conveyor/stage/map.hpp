@@ -127,7 +127,7 @@ class map_node {
         in_(in),
         out_(out),
         stats_((check_workers(stage_.name(), stage_.workers()), stage_.workers())),
-        ring_name_("ring " + stage_.name()) {
+        ring_name_(ring_track_name(stage_.name())) {
     for (std::size_t w = 0; w < stage_.workers(); ++w)
       tracks_.push_back(ctl_.make_track(worker_track_name(stage_.name(), w, stage_.workers())));
     // One worker keeps the input order by itself (it pops and pushes in FIFO order):

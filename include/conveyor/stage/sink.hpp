@@ -87,7 +87,7 @@ class terminal_node {
         in_(in),
         latency_(latency),
         stats_((check_workers(name_, workers), workers)),
-        ring_name_("ring " + name_) {
+        ring_name_(ring_track_name(name_)) {
     for (std::size_t w = 0; w < workers; ++w)
       tracks_.push_back(ctl_.make_track(worker_track_name(name_, w, workers)));
     ctl_.count_completions_of(stats_);  // why not a shared counter: see there

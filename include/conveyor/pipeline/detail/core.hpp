@@ -120,4 +120,11 @@ class pipeline_core {
   std::int64_t start_cpu_ns_ = 0, end_cpu_ns_ = 0;  // process_cpu_ns()
 };
 
+// The closed_error of a pipeline call that cannot be served, thrown from the library
+// (the message is built there, not in every includer): on a moved-from pipeline, before
+// start(), and on a service that stopped (saying why, see failure_reason()).
+[[noreturn]] void throw_moved_from(const char* call);
+[[noreturn]] void throw_before_start(const char* call);
+[[noreturn]] void throw_refused(const char* call, const control& ctl);
+
 }  // namespace conveyor::detail

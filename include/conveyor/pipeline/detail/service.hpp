@@ -65,27 +65,11 @@ inline constexpr bool is_deadline_v = is_chrono_v<std::remove_cvref_t<T>>;
 
 // input<T>().capacity(n): how many items a service holds at once (its tickets, and the
 // slots of its input ring). @throws config_error unless n is a power of two in [2, 2^30].
-inline void check_service_capacity(std::size_t n) {
-  CONVEYOR_EXPECTS(n >= 2 && n <= max_ring_capacity && is_power_of_two(n),
-                   "conveyor::input<T>().capacity(n): n is how many items the service holds at "
-                   "once and must be a power of two in [2, 2^30], got " +
-                       std::to_string(n) + "; pass " + std::to_string(next_power_of_two(n)) +
-                       " (or leave it out: 1024)");
-}
+void check_service_capacity(std::size_t n);
 
 // Why the pipeline stopped, for the messages of refused items and calls: "because stage
 // 'decode' failed on item 17: ..." (the first error's message), or empty: nothing failed.
-inline std::string failure_reason(const control& ctl) {
-  const std::exception_ptr e = ctl.error.get();
-  if (!e) return {};
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return std::string("because ") + ex.what();
-  } catch (...) {
-    return "because a stage threw an unknown exception";
-  }
-}
+std::string failure_reason(const control& ctl);
 
 template <class In, class Result>
 class service_tickets {

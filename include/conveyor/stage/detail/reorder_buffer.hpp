@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "conveyor/base/config.hpp"
@@ -30,16 +29,16 @@ namespace conveyor::detail {
 // the emitter and pushes every consecutive ready result downstream. A worker may start
 // position p only when p < emitted + window, so the buffer never overflows and the
 // oldest item can always be deposited (no deadlock).
+// @throws config_error unless window is a power of two >= 2 (an internal error).
+void check_reorder_window(std::size_t window);
+
 template <class T>
 class reorder_buffer {
  public:
   // window: a power of two (a slot is found with a mask, not a division per item).
   reorder_buffer(std::size_t window, link<T>* out, control& ctl)
       : window_(window), mask_(window - 1), slots_(window), out_(out), ctl_(ctl) {
-    CONVEYOR_EXPECTS(window >= 2 && (window & (window - 1)) == 0,
-                     "conveyor internal error: a reorder window must be a power of two >= 2, "
-                     "got " +
-                         std::to_string(window) + "; please report it");
+    check_reorder_window(window);
   }
 
   // Blocks until position p may be deposited; false if the pipeline is stopping. A wait

@@ -31,6 +31,8 @@ namespace conveyor::detail {
 
 // The track name of worker w of a stage with `workers` workers: "decode", or "decode #2".
 std::string worker_track_name(const std::string& stage, std::size_t w, std::size_t workers);
+// The trace counter of a stage's input ring: "ring decode".
+std::string ring_track_name(const std::string& stage);
 
 // One worker thread's instrumentation. Charges the time between marks to its counters
 // (metrics::phase_clock), draws each busy phase as a span and each occupancy sample as a
