@@ -24,14 +24,14 @@
 
 namespace conveyor::detail {
 
+// @throws config_error unless window is a power of two >= 2 (an internal error).
+void check_reorder_window(std::size_t window);
+
 // Restores input order behind parallel workers. Worker with input position p deposits
 // its result in slot p % window; whoever deposits the oldest missing position becomes
 // the emitter and pushes every consecutive ready result downstream. A worker may start
 // position p only when p < emitted + window, so the buffer never overflows and the
 // oldest item can always be deposited (no deadlock).
-// @throws config_error unless window is a power of two >= 2 (an internal error).
-void check_reorder_window(std::size_t window);
-
 template <class T>
 class reorder_buffer {
  public:
