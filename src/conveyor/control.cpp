@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "conveyor/base/power_of_two.hpp"
 #include "conveyor/stage/detail/reorder_buffer.hpp"
 
 namespace conveyor::detail {
@@ -128,7 +129,7 @@ void check_workers(const std::string& stage, std::size_t n) {
 // ---- stage/detail/reorder_buffer.hpp ---------------------------------------------------
 
 void check_reorder_window(std::size_t window) {
-  CONVEYOR_EXPECTS(window >= 2 && (window & (window - 1)) == 0,
+  CONVEYOR_EXPECTS(window >= 2 && is_power_of_two(window),
                    "conveyor internal error: a reorder window must be a power of two >= 2, got " +
                        std::to_string(window) + "; please report it");
 }
