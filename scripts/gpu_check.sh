@@ -27,6 +27,8 @@
 #          PIPE_FILTER        the host step's bench_pipeline rows
 #          BASE_PIPELINE, ROUNDS (2)  the host step also runs an older bench_pipeline and
 #                             this build's, alternating, ROUNDS rounds
+#          BASE_RINGS         likewise an older bench_rings against this build's, over
+#                             RING_FILTER (default: conveyor's SPSC, rtt and mpmc2x2 rows)
 #
 # The binaries may be copied to the GPU machine without the rest of the tree: the script
 # needs <build_dir>/{tests/gpu_tests, examples/*, benchmarks/bench_inference} and
@@ -163,6 +165,18 @@ if want host; then
         run "pipeline_${b}_$r.log" 60 "$bin" --benchmark_filter="$pipe_filter" \
           --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
         grep -h "_median" "$out/pipeline_${b}_$r.log" | sed "s/^/$b $r: /"
+      done
+    done
+  fi
+  if [ -n "${BASE_RINGS:-}" ]; then
+    ring_filter=${RING_FILTER:-'^(spsc/conveyor/(try|block)/[0-9]+/min|rtt/conveyor/|mpmc2x2/conveyor/)'}
+    for r in $(seq "${ROUNDS:-2}"); do
+      for b in base this; do
+        bin=$BASE_RINGS
+        [ "$b" = this ] && bin=$build/benchmarks/bench_rings
+        run "rings_${b}_$r.log" 60 "$bin" --benchmark_filter="$ring_filter" \
+          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+        grep -h "_median" "$out/rings_${b}_$r.log" | sed "s/^/$b $r: /"
       done
     done
   fi
