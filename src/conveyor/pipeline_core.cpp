@@ -3,6 +3,7 @@
 #include "conveyor/pipeline/detail/core.hpp"
 
 #include <algorithm>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -298,6 +299,18 @@ std::string failure_reason(const control& ctl) {
   } catch (...) {
     return "because a stage threw an unknown exception";
   }
+}
+
+std::exception_ptr not_accepted_error(const control& ctl) {
+  const std::string why = failure_reason(ctl);
+  return std::make_exception_ptr(
+      closed_error("conveyor::pipeline: stopped before the item was accepted" +
+                   (why.empty() ? std::string{} : " (" + why + ")")));
+}
+
+std::exception_ptr stop_error(const control& ctl) {
+  if (std::exception_ptr e = ctl.error.get()) return e;
+  return std::make_exception_ptr(closed_error("conveyor::pipeline: the item was cancelled"));
 }
 
 }  // namespace conveyor::detail

@@ -71,6 +71,13 @@ void check_service_capacity(std::size_t n);
 // 'decode' failed on item 17: ..." (the first error's message), or empty: nothing failed.
 std::string failure_reason(const control& ctl);
 
+// The error of an item the pipeline stopped before accepting: closed_error, with
+// failure_reason() when a stage failed.
+std::exception_ptr not_accepted_error(const control& ctl);
+
+// The error a stranded item gets: the first stage failure, or closed_error.
+std::exception_ptr stop_error(const control& ctl);
+
 template <class In, class Result>
 class service_tickets {
  public:
@@ -153,12 +160,7 @@ class service_tickets {
     // to whichever thread pops this envelope and settles it.
     if (!input.push(std::move(*e))) {
       ctl.cancel(1);
-      const std::string why = failure_reason(ctl);
-      settle(s, [&why] {
-        return std::make_exception_ptr(
-            closed_error("conveyor::pipeline: stopped before the item was accepted" +
-                         (why.empty() ? std::string{} : " (" + why + ")")));
-      });
+      settle(s, [&ctl] { return not_accepted_error(ctl); });
       (void)free_.try_push(std::uint32_t{ticket});  // never full: one slot per ticket
       return;
     }
@@ -227,12 +229,6 @@ class service_tickets {
       // enter() takes afterwards is that enter()'s to settle.
       if (s.in_use.load(std::memory_order_seq_cst))
         settle(s, [&] { return why ? why : (why = stop_error(ctl)); });
-  }
-
-  // The error a stranded item gets: the first stage failure, or closed_error.
-  static std::exception_ptr stop_error(const control& ctl) {
-    if (std::exception_ptr e = ctl.error.get()) return e;
-    return std::make_exception_ptr(closed_error("conveyor::pipeline: the item was cancelled"));
   }
 
   // Settles s with make_error() if this thread is the one that takes in_use from true to
