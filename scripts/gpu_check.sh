@@ -155,30 +155,26 @@ if want host; then
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/pipe.json" --benchmark_out_format=json
   grep -h "_median" "$out/pipeline.log"
-  # BASE_PIPELINE: an older bench_pipeline; ROUNDS rounds of it and of this build's,
+  # BASE_PIPELINE / BASE_RINGS: an older binary; ROUNDS rounds of it and of this build's,
   # alternating (the same filter), so that the two are compared within one machine's hour.
+  alternate() {  # alternate <log prefix> <older binary> <this build's binary> <filter>
+    local r b bin
+    for r in $(seq "${ROUNDS:-2}"); do
+      for b in base this; do
+        bin=$2
+        [ "$b" = this ] && bin=$3
+        run "${1}_${b}_$r.log" 60 "$bin" --benchmark_filter="$4" \
+          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+        grep -h "_median" "$out/${1}_${b}_$r.log" | sed "s/^/$b $r: /"
+      done
+    done
+  }
   if [ -n "${BASE_PIPELINE:-}" ]; then
-    for r in $(seq "${ROUNDS:-2}"); do
-      for b in base this; do
-        bin=$BASE_PIPELINE
-        [ "$b" = this ] && bin=$build/benchmarks/bench_pipeline
-        run "pipeline_${b}_$r.log" 60 "$bin" --benchmark_filter="$pipe_filter" \
-          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
-        grep -h "_median" "$out/pipeline_${b}_$r.log" | sed "s/^/$b $r: /"
-      done
-    done
+    alternate pipeline "$BASE_PIPELINE" "$build/benchmarks/bench_pipeline" "$pipe_filter"
   fi
+  ring_filter=${RING_FILTER:-'^(spsc/conveyor/(try|block)/[0-9]+/min|rtt/conveyor/|mpmc2x2/conveyor/)'}
   if [ -n "${BASE_RINGS:-}" ]; then
-    ring_filter=${RING_FILTER:-'^(spsc/conveyor/(try|block)/[0-9]+/min|rtt/conveyor/|mpmc2x2/conveyor/)'}
-    for r in $(seq "${ROUNDS:-2}"); do
-      for b in base this; do
-        bin=$BASE_RINGS
-        [ "$b" = this ] && bin=$build/benchmarks/bench_rings
-        run "rings_${b}_$r.log" 60 "$bin" --benchmark_filter="$ring_filter" \
-          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
-        grep -h "_median" "$out/rings_${b}_$r.log" | sed "s/^/$b $r: /"
-      done
-    done
+    alternate rings "$BASE_RINGS" "$build/benchmarks/bench_rings" "$ring_filter"
   fi
 fi
 
