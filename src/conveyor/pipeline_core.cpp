@@ -262,21 +262,24 @@ std::string pipeline_core::trace_json() const {
   return o.str();
 }
 
+namespace {
+// closed_error("conveyor::pipeline: <call><what>"), for the three below.
+[[noreturn]] void throw_call_error(const char* call, const std::string& what) {
+  throw closed_error(std::string("conveyor::pipeline: ") + call + what);
+}
+}  // namespace
+
 void throw_moved_from(const char* call) {
-  throw closed_error(std::string("conveyor::pipeline: ") + call +
-                     " on a moved-from pipeline: its stages and threads went to the pipeline it "
-                     "was moved to; call that one");
+  throw_call_error(call,
+                   " on a moved-from pipeline: its stages and threads went to the pipeline it "
+                   "was moved to; call that one");
 }
 
-void throw_before_start(const char* call) {
-  throw closed_error(std::string("conveyor::pipeline: ") + call + " before start()");
-}
+void throw_before_start(const char* call) { throw_call_error(call, " before start()"); }
 
 void throw_refused(const char* call, const control& ctl) {
   const std::string why = failure_reason(ctl);
-  if (why.empty()) throw closed_error(std::string("conveyor::pipeline: ") + call + " after stop()");
-  throw closed_error(std::string("conveyor::pipeline: ") + call +
-                     " refused: the pipeline stopped " + why);
+  throw_call_error(call, why.empty() ? " after stop()" : " refused: the pipeline stopped " + why);
 }
 
 // ---- pipeline/detail/service.hpp ------------------------------------------------------
