@@ -344,9 +344,12 @@ class pipeline<chain<Bound...>> {
   using rings_t = typename ring_tuple<std::make_index_sequence<n_rings>>::type;
 
   // Only a service pipeline has tickets (its result_type is never void); the others
-  // name a placeholder and make none.
+  // name a placeholder, so that their includers do not instantiate the tickets.
+  struct no_tickets {
+    struct slot {};
+  };
   using tickets_t =
-      detail::service_tickets<input_type, std::conditional_t<service, result_type, int>>;
+      std::conditional_t<service, detail::service_tickets<input_type, result_type>, no_tickets>;
   using ticket_slot = typename tickets_t::slot;
   // The result end of a service pipeline: settles each item's future or callback.
   struct result_deliver {
