@@ -9,9 +9,9 @@
 #   TASKFLOW=/path/to/taskflow     the folder that holds taskflow/taskflow.hpp
 #   CXX=g++  CXXFLAGS="-std=c++20 -O2"
 #
-# Prints each compile (wall s, peak MB), then per TU the median and the fastest of its
-# rounds, and this tree's ratio to it (of the medians, the median of the rounds' ratios,
-# of the fastest). BASE and TASKFLOW may be left out.
+# Prints each compile (wall s, the compiler's peak resident memory in MiB), then per TU
+# the median and the fastest of its rounds, and this tree's ratio to it (of the medians,
+# the median of the rounds' ratios, of the fastest). BASE and TASKFLOW may be left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-8}
@@ -77,7 +77,7 @@ for ((r = 1; r <= rounds; ++r)); do
     /usr/bin/time -f "$name %e %M" -o "$work/time" \
       "$cxx" "${flags[@]}" "${args[@]}" -c "$work/$src" -o "$work/$name.o"
     read -r _ wall kb <"$work/time"
-    printf 'round %d %-8s %6.2f s %5d MB\n' "$r" "$name" "$wall" $((kb / 1024))
+    printf 'round %d %-8s %6.2f s %5d MiB\n' "$r" "$name" "$wall" $((kb / 1024))
     echo "$name $wall" >>"$work/all"
   done
 done
