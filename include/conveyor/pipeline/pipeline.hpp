@@ -343,13 +343,14 @@ class pipeline<chain<Bound...>> {
   };
   using rings_t = typename ring_tuple<std::make_index_sequence<n_rings>>::type;
 
-  // Only a service pipeline has tickets (its result_type is never void); the others
-  // name a placeholder, so that their includers do not instantiate the tickets.
-  struct no_tickets {
+  // What a source pipeline has in place of a service's parts (tickets, result node).
+  struct none {
     struct slot {};
   };
+  // Only a service pipeline has tickets (its result_type is never void); the others name
+  // the placeholder, so that their includers do not instantiate the tickets.
   using tickets_t =
-      std::conditional_t<service, detail::service_tickets<input_type, result_type>, no_tickets>;
+      std::conditional_t<service, detail::service_tickets<input_type, result_type>, none>;
   using ticket_slot = typename tickets_t::slot;
   // The result end of a service pipeline: settles each item's future or callback.
   struct result_deliver {
@@ -360,7 +361,6 @@ class pipeline<chain<Bound...>> {
     void stopped_delivering() const noexcept { tickets->stop_delivering(*ctl); }
   };
   using result_node_t = detail::terminal_node<out_t<n_stages - 1>, result_deliver>;
-  struct none {};
 
   template <std::size_t I>
   static auto make_stage_node(stages_t& s, detail::control& ctl, rings_t& rings,
