@@ -1,6 +1,7 @@
-// src/conveyor/clock.cpp: CPU-time clocks and CPU sets (conveyor/base/clock.hpp).
+// src/conveyor/clock.cpp: CPU-time clocks, CPU sets and the ms-to-ns rounding (conveyor/base/clock.hpp).
 #include "conveyor/base/clock.hpp"
 
+#include <cmath>
 #include <thread>
 
 #if defined(__linux__)
@@ -8,6 +9,8 @@
 #endif
 
 namespace conveyor {
+
+std::int64_t ms_to_ns(double ms) noexcept { return std::llround(ms * 1e6); }
 
 #if defined(__linux__)
 // CPU time on a CPU-time clock (CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID, or

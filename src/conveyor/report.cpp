@@ -189,6 +189,15 @@ latency_report make_latency_report(const latency_histogram& h) {
   return l;
 }
 
+double machine_cpu_load(const report& r) noexcept {
+  return r.machine_cpu_s > 0.0 ? std::min(r.machine_busy_cpu_s / r.machine_cpu_s, 1.0) : -1.0;
+}
+
+double other_cpu_load(const report& r) noexcept {
+  const double machine = machine_cpu_load(r);
+  return machine < 0.0 ? -1.0 : std::max(machine - process_cpu_load(r), 0.0);
+}
+
 double lane_busy_fraction(const report& r) noexcept {
   double busy = 0.0;
   for (const auto& l : r.lanes) busy += l.busy_s();

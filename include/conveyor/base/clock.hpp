@@ -49,6 +49,10 @@ struct interval {
 
 inline constexpr double ns_to_s(std::int64_t ns) noexcept { return static_cast<double>(ns) * 1e-9; }
 
+// Milliseconds (what an event timer such as cudaEventElapsedTime gives) to nanoseconds,
+// rounded to the nearest.
+std::int64_t ms_to_ns(double ms) noexcept;
+
 #if defined(__linux__)
 // CPU time on a CPU-time clock (CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID, or
 // another thread's from pthread_getcpuclockid), in nanoseconds; 0 if it cannot be read.

@@ -37,7 +37,6 @@
 // (yielding) for a fold in progress, folds, and reads: for reporting threads only.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -64,43 +63,12 @@ class interval_union {
   }
 
   // Adds [start_ns, end_ns). Empty or reversed intervals are ignored. No allocation.
-  void add(std::int64_t start_ns, std::int64_t end_ns) noexcept {
-    if (end_ns <= start_ns) return;
-    ++count_;
-    heap_.push_back(interval{start_ns, end_ns});  // capacity reserved: never reallocates
-    std::push_heap(heap_.begin(), heap_.end(), later_start{});
-    if (heap_.size() > window_) {
-      std::pop_heap(heap_.begin(), heap_.end(), later_start{});
-      sweep(heap_.back());
-      heap_.pop_back();
-    }
-  }
+  void add(std::int64_t start_ns, std::int64_t end_ns) noexcept;
   void add(interval iv) noexcept { add(iv.start_ns, iv.end_ns); }
 
   // Length of the union of everything added so far (including the held window).
   // No allocation (a scratch copy reserved at construction).
-  std::int64_t total_ns() const noexcept {
-    std::vector<interval>& held = scratch_;
-    held.assign(heap_.begin(), heap_.end());  // fits the reserved capacity
-    std::sort(held.begin(), held.end(),
-              [](const interval& a, const interval& b) { return a.start_ns < b.start_ns; });
-    std::int64_t total = closed_;
-    bool has = has_run_;
-    interval run = run_;
-    for (const interval& iv : held) {
-      if (has && iv.start_ns <= run.end_ns) {
-        run.end_ns = std::max(run.end_ns, iv.end_ns);
-        // held intervals are >= every swept start only when the window held; a late
-        // one is clipped here exactly as sweep() would clip it.
-      } else {
-        if (has) total += run.length_ns();
-        run = iv;
-        has = true;
-      }
-    }
-    if (has) total += run.length_ns();
-    return total;
-  }
+  std::int64_t total_ns() const noexcept;
 
   std::uint64_t count() const noexcept { return count_; }  // non-empty intervals added
   std::uint64_t late() const noexcept { return late_; }    // arrived beyond the window
@@ -115,12 +83,6 @@ class interval_union {
   }
 
  private:
-  struct later_start {  // makes std::*_heap a min-heap on start
-    bool operator()(const interval& a, const interval& b) const noexcept {
-      return a.start_ns > b.start_ns;
-    }
-  };
-
   static std::size_t check(std::size_t window) {
     CONVEYOR_EXPECTS(window >= 1 && window <= 65536,
                      "interval_union: window must be in [1, 65536]; use at least lanes x "
@@ -128,18 +90,7 @@ class interval_union {
     return window;
   }
 
-  void sweep(interval iv) noexcept {
-    if (!has_run_) {
-      run_ = iv;
-      has_run_ = true;
-    } else if (iv.start_ns > run_.end_ns) {
-      closed_ += run_.length_ns();
-      run_ = iv;
-    } else {
-      if (iv.start_ns < run_.start_ns) ++late_;  // its part before run_ is lost
-      run_.end_ns = std::max(run_.end_ns, iv.end_ns);
-    }
-  }
+  void sweep(interval iv) noexcept;
 
   std::size_t window_;
   std::vector<interval> heap_;             // min-heap on start_ns, at most window_ (+1 transiently)

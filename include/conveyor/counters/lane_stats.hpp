@@ -22,7 +22,6 @@
 // compute_busy_ns() may wait for a concurrent fold (see concurrent_interval_union).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -158,10 +157,11 @@ class gpu_stats {
                      "gpu_stats::set_devices: pass one device per lane");
     devices_.clear();
     for (std::size_t i = 0; i < lanes_; ++i) {
-      auto at = std::find(devices_.begin(), devices_.end(), lane_devices[i]);
-      if (at == devices_.end()) at = devices_.insert(devices_.end(), lane_devices[i]);
+      std::size_t slot = 0;
+      while (slot < devices_.size() && devices_[slot] != lane_devices[i]) ++slot;
+      if (slot == devices_.size()) devices_.push_back(lane_devices[i]);
       lane_device_[i] = lane_devices[i];
-      lane_slot_[i] = static_cast<std::size_t>(at - devices_.begin());
+      lane_slot_[i] = slot;
     }
     per_device_.clear();
     if (devices_.size() > 1)

@@ -30,7 +30,6 @@
 // Thread-safety: plain values. The make_* builders read counters from any thread.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iosfwd>
@@ -276,15 +275,10 @@ inline double process_cpu_load(const report& r) noexcept {
 }
 // Every process's CPU time on the process's CPUs over their time (/proc/stat), in
 // [0, 1]; < 0 when not measured.
-inline double machine_cpu_load(const report& r) noexcept {
-  return r.machine_cpu_s > 0.0 ? std::min(r.machine_busy_cpu_s / r.machine_cpu_s, 1.0) : -1.0;
-}
+double machine_cpu_load(const report& r) noexcept;
 // The share of the process's CPUs that other processes took: machine less process load;
 // < 0 when not measured.
-inline double other_cpu_load(const report& r) noexcept {
-  const double machine = machine_cpu_load(r);
-  return machine < 0.0 ? -1.0 : std::max(machine - process_cpu_load(r), 0.0);
-}
+double other_cpu_load(const report& r) noexcept;
 // Lanes' stream time (H2D + compute + D2H) over wall_s * lanes: how much of the time
 // the lanes' streams had work. 0 without lanes.
 double lane_busy_fraction(const report& r) noexcept;

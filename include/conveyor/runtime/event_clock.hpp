@@ -21,7 +21,6 @@
 // Thread-safety: one thread at a time (a lane's completion thread, after start()).
 #pragma once
 
-#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <type_traits>
@@ -62,7 +61,7 @@ class event_clock {
                   })
       return anchor_ns_ + elapsed_ns(anchor_, e);  // exact where the runtime keeps ticks
     else
-      return anchor_ns_ + std::llround(static_cast<double>(elapsed_ms(anchor_, e)) * 1e6);
+      return anchor_ns_ + ms_to_ns(static_cast<double>(elapsed_ms(anchor_, e)));
   }
 
   // When the anchor is at least a period older than e (e_ns: to_ns(e), just converted),

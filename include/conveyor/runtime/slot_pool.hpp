@@ -22,7 +22,6 @@
 // still copying into memory being freed.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <exception>

@@ -22,7 +22,6 @@
 // Thread-safety: each runs on one thread of its own.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>

@@ -23,7 +23,6 @@
 // for that (a pure function is).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <optional>
@@ -139,8 +138,8 @@ class map_node {
     // On lanes (see detail/link.hpp: the pipeline chose them for both of this stage's
     // rings) each worker has its own lane in and out, and the order keeps itself.
     if (stage_.is_ordered() && stage_.workers() > 1 && !lanes_) {
-      const std::size_t window =
-          std::max(in_->capacity(), next_power_of_two(4 * stage_.workers() + 60));
+      const std::size_t least = next_power_of_two(4 * stage_.workers() + 60);
+      const std::size_t window = in_->capacity() > least ? in_->capacity() : least;
       reorder_.emplace(window, out_, ctl_);
       ctl_.on_stop([this] { reorder_->wake(); });
     }

@@ -9,7 +9,6 @@
 // Thread-safety: plain values; moved between threads through the rings.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -85,7 +84,7 @@ class meta_list {
   void reserve(std::size_t n) {
     if (is_list() && n <= capacity()) return;
     const std::size_t have = size();
-    const std::size_t cap = std::max(n, have);
+    const std::size_t cap = n > have ? n : have;
     block* b = static_cast<block*>(::operator new(sizeof(block) + cap * sizeof(item_meta)));
     b->size = have;
     b->capacity = cap;
@@ -95,7 +94,7 @@ class meta_list {
     if (old) ::operator delete(old);
   }
   void push_back(const item_meta& m) {
-    if (!is_list() || size() == capacity()) reserve(std::max<std::size_t>(8, 2 * capacity()));
+    if (!is_list() || size() == capacity()) reserve(capacity() < 4 ? 8 : 2 * capacity());
     block* b = list();
     b->items()[b->size++] = m;
   }
@@ -120,7 +119,10 @@ class meta_list {
   void append(const meta_list& o) { append(o.begin(), o.size()); }
   void append(const item_meta* first, std::size_t n) {
     if (n == 0 && is_list()) return;
-    if (!is_list() || size() + n > capacity()) reserve(std::max(size() + n, 2 * capacity()));
+    if (!is_list() || size() + n > capacity()) {
+      const std::size_t need = size() + n;
+      reserve(need > 2 * capacity() ? need : 2 * capacity());
+    }
     block* b = list();
     if (n != 0) std::memcpy(b->items() + b->size, first, n * sizeof(item_meta));
     b->size += n;
