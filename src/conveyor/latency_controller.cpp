@@ -69,11 +69,10 @@ std::int64_t latency_controller::weighted_quantile(std::span<sample> v, std::siz
   std::sort(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n),
             [](const sample& a, const sample& b) { return a.latency_ns < b.latency_ns; });
   double total = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    total += static_cast<double>(std::max<std::size_t>(v[i].weight, 1));
+  for (std::size_t i = 0; i < n; ++i) total += std::max(v[i].weight, 1.0);
   double acc = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    acc += static_cast<double>(std::max<std::size_t>(v[i].weight, 1));
+    acc += std::max(v[i].weight, 1.0);
     if (acc >= q * total) return v[i].latency_ns;
   }
   return v[n - 1].latency_ns;

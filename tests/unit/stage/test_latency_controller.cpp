@@ -398,6 +398,9 @@ TEST_CASE("latency_controller: a window's percentile weighs each batch by its it
   REQUIRE(latency_controller::weighted_quantile(v, 4, 0.98) == 2);
   REQUIRE(latency_controller::weighted_quantile(v, 4, 0.99) == 5);
   REQUIRE(latency_controller::weighted_quantile(v, 4, 1.0) == 9);
+  // A batch of 23 items over 8 points weighs 2.875 per point, not 2.
+  std::array<latency_controller::sample, 2> w{{{1, 2.875}, {2, 1.0}}};
+  REQUIRE(latency_controller::weighted_quantile(w, 2, 0.7) == 1);  // 2.875 of 3.875
 }
 
 TEST_CASE("latency_target_log: counts every window, keeps a bounded history") {
