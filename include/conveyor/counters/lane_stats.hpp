@@ -140,34 +140,15 @@ class gpu_stats {
   // window: how far out of start order compute intervals may arrive and still be
   // unioned exactly (see interval_union); >= lanes x batches in flight per lane.
   // @throws config_error when lanes is 0 or above 1024, or for a bad window.
-  explicit gpu_stats(std::size_t lanes, std::size_t window = interval_union::default_window)
-      : lanes_((check(lanes), lanes)),
-        stats_(std::make_unique<lane_stats[]>(lanes)),
-        window_(window),
-        compute_busy_(window),
-        lane_device_(lanes, 0),
-        lane_slot_(lanes, 0),
-        devices_{0} {}
+  explicit gpu_stats(std::size_t lanes, std::size_t window = interval_union::default_window);
+  ~gpu_stats();
+  gpu_stats(const gpu_stats&) = delete;
+  gpu_stats& operator=(const gpu_stats&) = delete;
 
   // Setup only (before any batch): lane i runs on device lane_devices[i] (one per lane).
   // Unset, every lane is on device 0. With several devices each also gets its own busy
   // union (device_busy_ns()). @throws config_error on a list of the wrong length.
-  void set_devices(const std::vector<int>& lane_devices) {
-    CONVEYOR_EXPECTS(lane_devices.size() == lanes_,
-                     "gpu_stats::set_devices: pass one device per lane");
-    devices_.clear();
-    for (std::size_t i = 0; i < lanes_; ++i) {
-      std::size_t slot = 0;
-      while (slot < devices_.size() && devices_[slot] != lane_devices[i]) ++slot;
-      if (slot == devices_.size()) devices_.push_back(lane_devices[i]);
-      lane_device_[i] = lane_devices[i];
-      lane_slot_[i] = slot;
-    }
-    per_device_.clear();
-    if (devices_.size() > 1)
-      for (std::size_t d = 0; d < devices_.size(); ++d)
-        per_device_.push_back(std::make_unique<concurrent_interval_union>(window_));
-  }
+  void set_devices(const std::vector<int>& lane_devices);
   int device_of(std::size_t lane) const noexcept { return lane_device_[lane]; }
   // The distinct devices, in the order of their first lane.
   const std::vector<int>& devices() const noexcept { return devices_; }
@@ -195,11 +176,6 @@ class gpu_stats {
   std::uint64_t compute_intervals_late() noexcept { return compute_busy_.late(); }
 
  private:
-  static void check(std::size_t lanes) {
-    CONVEYOR_EXPECTS(lanes >= 1 && lanes <= 1024,
-                     "gpu_stats: lanes must be in [1, 1024]; pass the pipeline's lane count");
-  }
-
   std::size_t lanes_;
   std::unique_ptr<lane_stats[]> stats_;
   std::size_t window_;
