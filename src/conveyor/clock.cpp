@@ -1,4 +1,5 @@
-// src/conveyor/clock.cpp: CPU-time clocks, CPU sets and the ms-to-ns rounding (conveyor/base/clock.hpp).
+// src/conveyor/clock.cpp: CPU-time clocks, CPU sets and the ms-to-ns rounding
+// (conveyor/base/clock.hpp).
 #include "conveyor/base/clock.hpp"
 
 #include <cmath>

@@ -94,7 +94,10 @@ class meta_list {
     if (old) ::operator delete(old);
   }
   void push_back(const item_meta& m) {
-    if (!is_list() || size() == capacity()) reserve(capacity() < 4 ? 8 : 2 * capacity());
+    if (!is_list() || size() == capacity()) {
+      const std::size_t doubled = 2 * capacity();
+      reserve(doubled > 8 ? doubled : 8);
+    }
     block* b = list();
     b->items()[b->size++] = m;
   }
