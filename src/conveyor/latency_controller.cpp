@@ -107,7 +107,7 @@ void latency_controller::close_window() noexcept {
   w.miss = met ? metrics::target_miss::none : why_missed(w);
   if (!met) {
     cause_.kind = w.miss;
-    cause_.service_one_ns = floor_one_ != 0 ? floor_one_ : service_ns(1);
+    cause_.service_one_ns = one_item_ns();
     cause_.upstream_ns = upstream_ns();
     cause_.observed_ns = observed;
     cause_.wait_ns = static_cast<std::int64_t>(w.mean_wait_ns());
@@ -121,10 +121,13 @@ void latency_controller::close_window() noexcept {
   fresh_ = 0;
 }
 
+std::int64_t latency_controller::one_item_ns() const noexcept {
+  return floor_one_ != 0 ? floor_one_ : service_ns(1);
+}
+
 metrics::target_miss latency_controller::why_missed(
     const metrics::target_window& w) const noexcept {
-  const std::int64_t one = floor_one_ != 0 ? floor_one_ : service_ns(1);
-  if (upstream_ns() + one > c_.target_ns) return metrics::target_miss::infeasible;
+  if (upstream_ns() + one_item_ns() > c_.target_ns) return metrics::target_miss::infeasible;
   if (w.mean_size() >= 0.9 * static_cast<double>(c_.max_size))
     return metrics::target_miss::at_capacity;
   return metrics::target_miss::tail;

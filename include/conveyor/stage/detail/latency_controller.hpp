@@ -191,6 +191,8 @@ class latency_controller {
   };
 
   void close_window() noexcept;
+  // s(1) for a missed window's cause: the least one-item time seen, else the prediction.
+  std::int64_t one_item_ns() const noexcept;
 
   metrics::target_miss why_missed(const metrics::target_window& w) const noexcept;
 
