@@ -12,6 +12,8 @@
 #          BENCH_FILTER       bench_inference rows (default: the rows the open GPU targets
 #                             need; '.' for all of them, which takes over 20 minutes)
 #          REPETITIONS (3)    bench_inference repetitions
+#          BENCH_MIN_TIME (0.3)  bench_inference's --benchmark_min_time, seconds per row
+#                             (an iteration lasts about 0.1 s on an H200)
 #          SANITIZE=quick|full|none (quick): quick runs memcheck over the pipeline and Thrust
 #                             cases and racecheck/synccheck over the Thrust top-k; full adds
 #                             memcheck over every non-[gate] case, initcheck and the demo
@@ -41,6 +43,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 out=${2:-gpu-check}
 reps=${REPETITIONS:-3}
+min_time=${BENCH_MIN_TIME:-0.3}
 runs=${DEMO_RUNS:-3}
 sanitize=${SANITIZE:-quick}
 bench_filter=${BENCH_FILTER:-'cuda/(conveyor/(wait:|labels:|model:wide/real|frames/real)|thread_queue/model:wide/real|by_hand/frames/real|bandwidth/h2d:pinned)'}
@@ -105,7 +108,7 @@ if want bench && [ "$bench_filter" != none ]; then
   step bench_inference
   export CONVEYOR_BENCH_REPORTS=1
   run bench_inference.log 420 "$build/benchmarks/bench_inference" \
-    --benchmark_filter="$bench_filter" --benchmark_min_time=0.3 \
+    --benchmark_filter="$bench_filter" --benchmark_min_time="$min_time" \
     --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/inf.json" --benchmark_out_format=json
   python3 benchmarks/summarize.py "$out/inf.json"
