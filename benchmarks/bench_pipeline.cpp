@@ -24,7 +24,11 @@
 //     with filters serial_in_order -> parallel -> parallel -> serial_in_order and
 //     T = 4 * cores tokens. serial: one plain loop. bare: the same stages as four threads
 //     over the in-bench Lamport ring (benchmarks/lamport_ring.hpp), waiting by pause and
-//     yield; /pinned: two neighbours per CPU, else where the OS puts them.
+//     yield; /pinned: two neighbours per CPU, else where the OS puts them. The pinned
+//     chain also runs over conveyor's rings: /ring:spsc, spsc_ring<item> (the default
+//     layout), and /ring:hop, the ring of a pipeline's hop (detail::hop_ring) holding what
+//     a hop holds for these stages (the value and its item's 8-byte id): the rings'
+//     share of the gap between the pipeline and the bare chain, apart from the stages'.
 //     Counters: items_per_second; conveyor with W = 1: rings_grown, how many of the three
 //     rings ran deeper than ring_capacity in an iteration, on average
 //     (pipeline_options::ring_growth: once pinned two stages per core, the two rings
@@ -216,11 +220,11 @@ void tbb_trivial(benchmark::State& state) {
 }
 
 // The bare chain: what a hand-written pipeline of the same stages gets at best, four
-// threads over the in-bench Lamport ring (benchmarks/lamport_ring.hpp, rigtorp's layout,
-// each side on its own 64-byte line), capacity 1024 as the pipeline's rings, waiting by
-// pause and a yield every 64 failed tries. pinned: the threads in runs of neighbours, two
-// per CPU (what conveyor's placement does with four equal stages on two cores); else
-// wherever the OS puts them.
+// threads over a ring (by default the in-bench Lamport ring, benchmarks/lamport_ring.hpp:
+// rigtorp's layout, each side on its own 64-byte line), capacity 1024 as the pipeline's
+// rings, waiting by pause and a yield every 64 failed tries. pinned: the threads in runs
+// of neighbours, two per CPU (what conveyor's placement does with four equal stages on two
+// cores); else wherever the OS puts them.
 void pin_to(unsigned cpu) noexcept {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -228,8 +232,18 @@ void pin_to(unsigned cpu) noexcept {
   (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // unpinned if refused
 }
 
+// What a pipeline's hop holds for an item of these stages: its value and the item's id
+// (detail::envelope<item>: 16 bytes).
+struct hop_item {
+  item value;
+  std::uint64_t id;
+};
+static_assert(sizeof(hop_item) == sizeof(conveyor::detail::envelope<item>));
+
+template <class Ring = bench::lamport_ring<item, 64>>
 void bare_trivial(benchmark::State& state, bool pinned) {
-  using ring = bench::lamport_ring<item, 64>;
+  using ring = Ring;
+  using element = typename Ring::value_type;
   constexpr std::size_t capacity = 1024;
   const cpu_meter cpu;
   for (auto _ : state) {
@@ -237,13 +251,21 @@ void bare_trivial(benchmark::State& state, bool pinned) {
     ring a{capacity}, b{capacity}, c{capacity};
     const auto push = [](ring& r, item v) {
       bench::backoff wait;
-      while (!r.try_push(v)) wait();
+      element e{};
+      if constexpr (std::is_same_v<element, hop_item>)
+        e = hop_item{v, v};  // an id per item, as a source gives
+      else
+        e = v;
+      while (!r.try_push(e)) wait();
     };
     const auto pop = [](ring& r) {
       bench::backoff wait;
-      item v = 0;
-      while (!r.try_pop(v)) wait();
-      return v;
+      element e{};
+      while (!r.try_pop(e)) wait();
+      if constexpr (std::is_same_v<element, hop_item>)
+        return e.value;
+      else
+        return e;
     };
     std::thread source{[&] {
       if (pinned) pin_to(0);
@@ -444,10 +466,18 @@ void register_all() {
   benchmark::RegisterBenchmark("serial/trivial", serial_trivial)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("bare/trivial", bare_trivial, false)
+  benchmark::RegisterBenchmark("bare/trivial", bare_trivial<>, false)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("bare/trivial/pinned", bare_trivial, true)
+  benchmark::RegisterBenchmark("bare/trivial/pinned", bare_trivial<>, true)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("bare/trivial/pinned/ring:spsc",
+                               bare_trivial<conveyor::spsc_ring<item>>, true)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("bare/trivial/pinned/ring:hop",
+                               bare_trivial<conveyor::detail::hop_ring<hop_item>>, true)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
 

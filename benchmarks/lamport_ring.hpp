@@ -44,6 +44,8 @@ class lamport_ring {
   static constexpr std::size_t block_align = Align == 0 ? 64 : Align;
 
  public:
+  using value_type = E;
+
   explicit lamport_ring(std::size_t cap) : mask_(cap - 1), slots_(new E[cap]) {}
 
   bool try_push(const E& v) {
