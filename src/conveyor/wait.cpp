@@ -143,10 +143,13 @@ void deferred_wakes::flush() noexcept {
 
 // As notify(), never put off: for a change every waiter must see now (a close).
 void wait_point::notify_now() noexcept {
-  if (asymmetric_) {
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // as in notify()
-    if (waiting_.load(std::memory_order_relaxed) == 0) return;
-  }
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // as in notify()
+  if (waiting_.load(std::memory_order_relaxed) == 0) return;
+  wake();
+}
+
+void wait_point::notify_slow(std::uint32_t sleeping) noexcept {
+  if (sleeping == batch_waiter) return notify_batched();  // never with symmetric_flag
   wake();
 }
 
@@ -156,7 +159,9 @@ void wait_point::wake() noexcept {
   // registration (and reads it) or before it (and the waiter's RMW synchronizes with
   // this one, so its pred() sees our publication). Clearing the flags makes
   // the wake-up once per sleep, not once per item pushed while the sleeper wakes up.
-  if (waiting_.exchange(0, std::memory_order_seq_cst) == 0) return;
+  // symmetric_flag stays set (see notify()).
+  const std::uint32_t keep = asymmetric_ ? 0 : symmetric_flag;
+  if ((waiting_.exchange(keep, std::memory_order_seq_cst) & ~symmetric_flag) == 0) return;
   // release: pairs with the acquire load of epoch_ in wait_impl().
   epoch_.fetch_add(1, std::memory_order_release);
   futex_wake_all(epoch_);

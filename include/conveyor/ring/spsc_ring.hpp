@@ -125,7 +125,7 @@ class spsc_ring {
     // The threads are done: positions [head, tail) hold elements.
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
     for (std::size_t i = consumer_.head.load(std::memory_order_relaxed); i != tail; ++i)
-      std::destroy_at(element(i));
+      std::destroy_at(at(i).element);
   }
 
   spsc_ring(const spsc_ring&) = delete;
@@ -172,9 +172,10 @@ class spsc_ring {
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    if (!takable(head)) return std::nullopt;
+    const place p = at(head);
+    if (!takable(p, head)) return std::nullopt;
     if (position) *position = head;
-    return take(head);
+    return take(p, head);
   }
 
   // As try_pop(), into an element the caller has (move-assigned): for a consumer that
@@ -184,10 +185,10 @@ class spsc_ring {
     requires std::is_move_assignable_v<T>
   {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    if (!takable(head)) return false;
-    T* p = element(head);
-    out = std::move(*p);  // a throw leaves the element in place
-    release(head);
+    const place p = at(head);
+    if (!takable(p, head)) return false;
+    out = std::move(*p.element);  // a throw leaves the element in place
+    release(p, head);
     return true;
   }
 
@@ -199,9 +200,9 @@ class spsc_ring {
       std::size_t* position = nullptr,
       wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    if (takable(head)) {
+    if (const place p = at(head); takable(p, head)) {
       if (position) *position = head;
-      return take(head);
+      return take(p, head);
     }
     return pop_unless([] { return false; }, position, timing);
   }
@@ -212,10 +213,11 @@ class spsc_ring {
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    const auto ready = [&] { return takable(head) || closed(); };
+    const place p = at(head);
+    const auto ready = [&] { return takable(p, head) || closed(); };
     if (!ready() && !not_empty_.wait_until(ready, deadline)) return std::nullopt;  // timed out
-    if (!takable(head)) return std::nullopt;  // closed and drained
-    return take(head);
+    if (!takable(p, head)) return std::nullopt;  // closed and drained
+    return take(p, head);
   }
 
   // As pop(), but also returns nullopt, without an element, once give_up() is true when
@@ -228,17 +230,18 @@ class spsc_ring {
       GiveUp&& give_up, std::size_t* position = nullptr,
       wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+    const place p = at(head);
     for (;;) {
-      if (takable(head)) break;
+      if (takable(p, head)) break;
       // Elements pushed before close() are visible once closed() is seen (acquire).
       if (closed() || give_up()) {
-        if (takable(head)) break;
+        if (takable(p, head)) break;
         return std::nullopt;
       }
-      not_empty_.wait([&] { return takable(head) || closed() || give_up(); }, timing);
+      not_empty_.wait([&] { return takable(p, head) || closed() || give_up(); }, timing);
     }
     if (position) *position = head;
-    return take(head);  // the one move: into the value returned
+    return take(p, head);  // the one move: into the value returned
   }
 
   // Wakes a consumer asleep in pop_unless() to look at its give_up() again.
@@ -257,10 +260,15 @@ class spsc_ring {
                   "spsc_ring::drain: f(T&&) must be noexcept and return bool");
     const std::size_t first = consumer_.head.load(std::memory_order_relaxed);  // we own head
     std::size_t head = first;
-    while (head - first < max && takable(head)) {
-      T v{std::move(*element(head))};  // the one move; a throw leaves the element in place
-      release(head++);
-      if (!f(std::move(v))) break;
+    for (; head - first < max; ++head) {
+      const place p = at(head);
+      if (!takable(p, head)) break;
+      T v{std::move(*p.element)};  // the one move; a throw leaves the element in place
+      release(p, head);
+      if (!f(std::move(v))) {
+        ++head;
+        break;
+      }
     }
     return head - first;
   }
@@ -302,6 +310,8 @@ class spsc_ring {
   }
 
  private:
+  struct place;  // where a position lives (see at())
+
   // push() once the ring was full: wait for room, out of line.
   [[gnu::noinline]] bool push_slow(T& v, wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
@@ -318,28 +328,28 @@ class spsc_ring {
     // relaxed: an advisory refusal (see close()).
     if (closed_.load(std::memory_order_relaxed)) return false;
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
+    const place p = at(tail);
     if constexpr (Layout == spsc_layout::slot_turns) {
       // acquire: pairs with the release store of the free turn in release(); the
       // consumer's move-out and destruction of that slot happen-before we fill it.
-      if (slots_.data()[tail & mask_].turn.load(std::memory_order_acquire) != free_turn(tail))
-        return false;  // full
+      if (p.holder->turn.load(std::memory_order_acquire) != free_turn(tail)) return false;  // full
     } else if (tail - producer_.head_cache == capacity_) {
       // acquire: pairs with the release store of head in release(); as above.
       producer_.head_cache = consumer_.head.load(std::memory_order_acquire);
       if (tail - producer_.head_cache == capacity_) return false;  // full
     }
-    ::new (static_cast<void*>(element(tail))) T(std::forward<Args>(args)...);  // may throw:
+    ::new (static_cast<void*>(p.element)) T(std::forward<Args>(args)...);  // may throw:
     // nothing is published then.
     // release: pairs with the acquire load of the turn in takable(); the construction
     // above (line_turns: and every earlier one in its line) happens-before the consumer
     // reads the element.
     if constexpr (Layout == spsc_layout::line_turns)
-      line_of(tail).turn.store(line_turn(tail), std::memory_order_release);
+      p.holder->turn.store(line_turn(tail), std::memory_order_release);
     else
-      slots_.data()[tail & mask_].turn.store(turn_of(tail), std::memory_order_release);
+      p.holder->turn.store(turn_of(tail), std::memory_order_release);
     // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
     producer_.tail.store(tail + 1, std::memory_order_relaxed);
-    not_empty_.notify();
+    not_empty_.notify(producer_.consumer_sleeps);  // a word on our own line
     return true;
   }
 
@@ -352,13 +362,13 @@ class spsc_ring {
     return tail - consumer_.head.load(std::memory_order_acquire) < capacity_;
   }
 
-  // The consumer: whether the element at position head (its own) is there.
-  CONVEYOR_HOT_INLINE bool takable(std::size_t head) const noexcept {
+  // The consumer: whether the element at position head (its own, at p) is there.
+  CONVEYOR_HOT_INLINE bool takable(const place& p, std::size_t head) const noexcept {
     // acquire: pairs with the release store of the turn in emplace(); the element is
     // constructed before we see its turn.
     if constexpr (Layout == spsc_layout::line_turns)
-      return line_of(head).turn.load(std::memory_order_acquire) >= line_turn(head);
-    return slots_.data()[head & mask_].turn.load(std::memory_order_acquire) == turn_of(head);
+      return p.holder->turn.load(std::memory_order_acquire) >= line_turn(head);
+    return p.holder->turn.load(std::memory_order_acquire) == turn_of(head);
   }
   // line_turns: the turn a line holds once position pos's element is in it, and every
   // earlier one of its lap: its lap's count of lines, times 64, plus how many of the
@@ -385,34 +395,34 @@ class spsc_ring {
   // The consumer takes the element at position head (takable): moved once, straight into
   // the value returned (a prvalue: no further move). After the move, the element is
   // destroyed and its slot goes back to the producer; if the move throws, neither.
-  CONVEYOR_HOT_INLINE std::optional<T> take(std::size_t head) noexcept(
+  CONVEYOR_HOT_INLINE std::optional<T> take(const place& p, std::size_t head) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     struct release_slot {
       spsc_ring& ring;
+      const place& p;
       std::size_t head;
       int exceptions = std::is_nothrow_move_constructible_v<T> ? 0 : std::uncaught_exceptions();
       ~release_slot() {
         if constexpr (!std::is_nothrow_move_constructible_v<T>)
           if (std::uncaught_exceptions() != exceptions) return;  // the move threw
-        ring.release(head);
+        ring.release(p, head);
       }
-    } release{*this, head};
-    return std::optional<T>(std::in_place, std::move(*element(head)));
+    } release{*this, p, head};
+    return std::optional<T>(std::in_place, std::move(*p.element));
   }
 
-  // The consumer is done with the element at position head (moved out): it is destroyed
-  // and its slot goes back to the producer.
-  CONVEYOR_HOT_INLINE void release(std::size_t head) noexcept {
-    std::destroy_at(element(head));
+  // The consumer is done with the element at position head, at p (moved out): it is
+  // destroyed and its slot goes back to the producer.
+  CONVEYOR_HOT_INLINE void release(const place& p, std::size_t head) noexcept {
+    std::destroy_at(p.element);
     if constexpr (Layout == spsc_layout::slot_turns) {
       // release: pairs with the acquire load of the turn in emplace() / has_room(); the
       // move-out and the destruction happen-before the producer fills the slot again.
-      slots_.data()[head & mask_].turn.store(free_turn(head + capacity_),
-                                             std::memory_order_release);
+      p.holder->turn.store(free_turn(head + capacity_), std::memory_order_release);
       // relaxed: read only by size_approx() (an estimate) and the destructor.
       consumer_.head.store(head + 1, std::memory_order_relaxed);
       // The consumer's own line: notify() costs a load of a line it holds.
-      not_full_.notify();
+      not_full_.notify(consumer_.producer_sleeps);
     } else {
       // release: pairs with the acquire load of head in emplace() / has_room(); the
       // move-out and the destruction happen-before the producer fills the place again.
@@ -420,7 +430,7 @@ class spsc_ring {
       if constexpr (Layout == spsc_layout::line_turns) {
         // The producer's sleeper word has a line of its own (producer_sleeps_apart_):
         // a load from a line nobody writes until a producer sleeps.
-        not_full_.notify();
+        not_full_.notify(producer_sleeps_apart_.word);
       } else {
         // A producer sleeps only on a full ring, after it wrote position head - 1 +
         // capacity into the slot just behind this one: the consumer looks there (a line
@@ -438,16 +448,6 @@ class spsc_ring {
   CONVEYOR_HOT_INLINE bool full_behind(std::size_t head) const noexcept {
     return slots_.data()[(head - 1) & mask_].turn.load(std::memory_order_relaxed) ==
            turn_of(head - 1 + capacity_);
-  }
-
-  T* element(std::size_t i) const noexcept {
-    if constexpr (Layout == spsc_layout::line_turns) {
-      const std::size_t lap_line = i / per_line;
-      return std::launder(
-          reinterpret_cast<T*>(slots_.data()[lap_line & mask_].bytes[i - lap_line * per_line]));
-    } else {
-      return std::launder(reinterpret_cast<T*>(slots_.data()[i & mask_].bytes));
-    }
   }
 
   struct slot {
@@ -475,7 +475,25 @@ class spsc_ring {
       return capacity;
     }
   }
-  line& line_of(std::size_t pos) const noexcept { return slots_.data()[(pos / per_line) & mask_]; }
+
+  // Where position pos lives: the unit that holds it (a slot or a line, with the turn)
+  // and its element. Each
+  // call takes it once: an atomic access between two uses would have the compiler read
+  // slots_ and mask_ again.
+  struct place {
+    unit* holder;
+    T* element;
+  };
+  place at(std::size_t pos) const noexcept {
+    if constexpr (Layout == spsc_layout::line_turns) {
+      const std::size_t lap_line = pos / per_line;
+      unit* const u = slots_.data() + (lap_line & mask_);
+      return {u, std::launder(reinterpret_cast<T*>(u->bytes[pos - lap_line * per_line]))};
+    } else {
+      unit* const u = slots_.data() + (pos & mask_);
+      return {u, std::launder(reinterpret_cast<T*>(u->bytes))};
+    }
+  }
 
   // The producer's line: how many elements it has pushed and its copy of the consumer's
   // head (cached_head; both written by the producer only), and where a sleeping consumer

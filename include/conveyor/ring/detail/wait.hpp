@@ -166,12 +166,16 @@ class wake_batching {
 class wait_point {
  public:
   // Sleepers register in a word of the wait point's own.
-  wait_point() noexcept : waiting_(own_waiting_) {}
+  wait_point() noexcept : wait_point(own_waiting_) {}
   // Sleepers register in `waiting`, a word the caller places where notifiers read it
   // cheaply: a ring puts it on the notifier's own index line, written by nobody else
-  // until somebody sleeps, so notify() on every push and pop is a load from a line the
-  // notifier holds anyway.
-  explicit wait_point(std::atomic<std::uint32_t>& waiting) noexcept : waiting_(waiting) {}
+  // until somebody sleeps, so notify(waiting) on every push and pop is a load from a line
+  // the notifier holds anyway, and nothing of the wait point's own (whose line the
+  // waiter writes as it learns).
+  explicit wait_point(std::atomic<std::uint32_t>& waiting) noexcept : waiting_(waiting) {
+    // Before the word is shared (the owner publishes it with the wait point).
+    if (!asymmetric_) waiting_.store(symmetric_flag, std::memory_order_relaxed);
+  }
   wait_point(const wait_point&) = delete;
   wait_point& operator=(const wait_point&) = delete;
 
@@ -206,21 +210,22 @@ class wait_point {
   // thread asleep here; a no-op (no syscall, no shared write) when none is. Inlined: a
   // stage's burst (spsc_ring::drain) notifies per element, with the ring's fields in
   // registers across the fence.
-  CONVEYOR_HOT_INLINE void notify() noexcept {
+  CONVEYOR_HOT_INLINE void notify() noexcept { notify(waiting_); }
+  // notify() for the owner of the word sleepers register in (`waiting`: the word given
+  // at construction), who reads it where it lies: the fast path reads that word alone.
+  CONVEYOR_HOT_INLINE void notify(const std::atomic<std::uint32_t>& waiting) noexcept {
     // Dekker: we stored the publication, then load waiting_; a waiter stored waiting_,
     // then loads the publication (in pred). One of the two must see the other's store,
-    // which needs StoreLoad order on both sides.
-    if (asymmetric_) {
-      // The waiter's membarrier() forces a full barrier on this thread between its
-      // registration and its re-check, so a compiler fence suffices here.
-      std::atomic_signal_fence(std::memory_order_seq_cst);
-      const std::uint32_t waiting = waiting_.load(std::memory_order_relaxed);
-      if (waiting == 0) return;
-      // Only sleepers that accept a batched wake-up (they sleep with a backstop):
-      // this notifier may put it off.
-      if (waiting == batch_waiter) return notify_batched();
-    }
-    wake();
+    // which needs StoreLoad order on both sides. With the asymmetric barrier the
+    // waiter's membarrier() forces a full barrier on this thread between its
+    // registration and its re-check, so a compiler fence suffices here. Without it the
+    // word holds symmetric_flag for good: never 0, so every notify goes on to wake()'s
+    // seq_cst RMW, a full barrier of its own.
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+    const std::uint32_t sleeping = waiting.load(std::memory_order_relaxed);
+    if (sleeping == 0) [[likely]]
+      return;
+    notify_slow(sleeping);
   }
 
   // As notify(), for a notifier that can tell from what it already holds whether a
@@ -255,8 +260,9 @@ class wait_point {
   // As notify(), never put off: for a change every waiter must see now (a close).
   void notify_now() noexcept;
 
-  // waiting_'s flags: a sleeper to wake at once, one that accepts a batched wake-up.
-  static constexpr std::uint32_t plain_waiter = 1, batch_waiter = 2;
+  // waiting_'s flags: a sleeper to wake at once, one that accepts a batched wake-up;
+  // set for good where the barrier is symmetric (see notify()).
+  static constexpr std::uint32_t plain_waiter = 1, batch_waiter = 2, symmetric_flag = 4;
   // How long a sleeper that accepts a batched wake-up sleeps at most: what a notifier
   // that puts it off and then runs on (a slow stage function, a source that blocks)
   // adds to an item's latency, where a time slice lost to another process is 3-5 ms.
@@ -265,7 +271,9 @@ class wait_point {
   // For tests: the policy that tells load, how many wake-ups there were, who sleeps.
   yield_policy& yields() noexcept { return yields_; }
   std::uint32_t wakes() const noexcept { return epoch_.load(std::memory_order_relaxed); }
-  std::uint32_t sleepers() const noexcept { return waiting_.load(std::memory_order_relaxed); }
+  std::uint32_t sleepers() const noexcept {
+    return waiting_.load(std::memory_order_relaxed) & ~symmetric_flag;
+  }
 
   // A put-off wake-up's time has come (deferred_wakes::flush).
   void wake() noexcept;
@@ -292,6 +300,10 @@ class wait_point {
   // sleeper is woken sooner, never later). Out of line: notify() sits on every push and
   // pop, and this runs only under load.
   [[gnu::noinline]] void notify_batched() noexcept;
+  // notify() once the word said somebody may sleep (or the barrier is symmetric): only
+  // sleepers that accept a batched wake-up (they sleep with a backstop) may have it put
+  // off; others are woken now.
+  [[gnu::noinline]] void notify_slow(std::uint32_t sleeping) noexcept;
 
   // A yield that took longer than this ran another thread (a yield with nothing else to
   // run is a syscall: ~1-2 us here, a context switch and back is several).
@@ -308,15 +320,18 @@ class wait_point {
   // the competitive bound: a wait never burns more than twice what sleeping would cost.
   void adapt(std::uint32_t limit, std::uint32_t target, int shift) noexcept;
 
+  // What notifiers read: written by waiters only when they register to sleep.
   std::atomic<std::uint32_t> own_waiting_{0};
   std::atomic<std::uint32_t>& waiting_;  // plain_waiter | batch_waiter: who sleeps
   // Which barrier this wait point's two sides use, decided once: both sides must agree,
-  // and notify(), on every push and pop, then reads one flag beside waiting_ instead of
-  // a function-local static's guard, the static and the test switch.
+  // and notify_if() then reads one flag beside waiting_ instead of a function-local
+  // static's guard, the static and the test switch (notify() needs the word alone).
   const bool asymmetric_ = use_asymmetric_barrier();
-  std::atomic<std::uint32_t> epoch_{0};
-  std::atomic<std::uint32_t> spin_limit_{256};
   std::uint32_t batch_ = 0;  // 0 or 1: every wake-up at once
+  // What waiters write as they wait and learn, on a line of its own, so that a wait that
+  // adapts its spin does not take the line above from a notifier that reads it.
+  alignas(cache_line_size) std::atomic<std::uint32_t> epoch_{0};
+  std::atomic<std::uint32_t> spin_limit_{256};
   yield_policy yields_;
 };
 
