@@ -37,6 +37,16 @@ inline constexpr std::size_t cache_line_size = 128;
 #define CONVEYOR_HOT_INLINE inline
 #endif
 
+// The same for a lambda a stage's loop calls per item (a burst's drain() calls it once
+// per element): `[&](envelope<T>&& e) noexcept CONVEYOR_HOT_LAMBDA {...}`. Out of line,
+// every item paid the call and the loads of its captures through the closure. g++ only:
+// clang and nvcc's front end take a lambda's attribute elsewhere, or not at all.
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#define CONVEYOR_HOT_LAMBDA __attribute__((always_inline))
+#else
+#define CONVEYOR_HOT_LAMBDA
+#endif
+
 // 1 in a ThreadSanitizer build. TSan models no standalone fences (g++ refuses them under
 // -Werror=tsan): code that orders with one takes a read-modify-write path instead.
 #if defined(__SANITIZE_THREAD__)

@@ -193,7 +193,7 @@ class map_node {
     // false: the worker stops (the pipeline is stopping, the function threw, or the
     // ring behind the stage closed), the item accounted for.
     bool stopped = false;
-    const auto forward = [&](envelope<In>&& in) noexcept {
+    const auto forward = [&](envelope<In>&& in) noexcept CONVEYOR_HOT_LAMBDA {
       const std::uint64_t n = in.items();
       std::optional<out_type> out;
       if (ctl_.is_stopping()) {

@@ -117,7 +117,7 @@ class terminal_node {
     // One item: delivered, its latency recorded. false: the worker stops (the pipeline
     // is stopping, or the delivery threw), the item accounted for.
     bool stopped = false;
-    const auto deliver_one = [&](envelope<In>&& in) noexcept {
+    const auto deliver_one = [&](envelope<In>&& in) noexcept CONVEYOR_HOT_LAMBDA {
       const std::uint64_t n = in.items();
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
