@@ -28,10 +28,13 @@
 #                             and bare chains on the GPU machine's CPUs (host-only
 #                             binaries, in <build_dir>/benchmarks)
 #          PIPE_FILTER        the host step's bench_pipeline rows
-#          BASE_PIPELINE, ROUNDS (2)  the host step also runs an older bench_pipeline and
-#                             this build's, alternating, ROUNDS rounds
-#          BASE_RINGS         likewise an older bench_rings against this build's, over
-#                             RING_FILTER (default: conveyor's SPSC, rtt and mpmc2x2 rows)
+#          BASE_PIPELINE, ROUNDS (2)  the host step also runs older bench_pipeline binaries
+#                             (one or more, separated by spaces) and this build's,
+#                             alternating, ROUNDS rounds; each run's JSON in
+#                             <out_dir>/pipeline_<base1|base2|...|this>_<round>.json
+#          BASE_RINGS         likewise older bench_rings binaries against this build's,
+#                             over RING_FILTER (default: conveyor's SPSC, rtt and mpmc2x2
+#                             rows), JSON in <out_dir>/rings_<label>_<round>.json
 #
 # The binaries may be copied to the GPU machine without the rest of the tree: the script
 # needs <build_dir>/{tests/gpu_tests, examples/*, benchmarks/bench_inference} and
@@ -159,16 +162,21 @@ if want host; then
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/pipe.json" --benchmark_out_format=json
   grep -h "_median" "$out/pipeline.log"
-  # BASE_PIPELINE / BASE_RINGS: an older binary; ROUNDS rounds of it and of this build's,
-  # alternating (the same filter), so that the two are compared within one machine's hour.
-  alternate() {  # alternate <log prefix> <older binary> <this build's binary> <filter>
-    local r b bin
+  # BASE_PIPELINE / BASE_RINGS: older binaries; ROUNDS rounds of each and of this build's,
+  # alternating (the same filter), so that they are compared within one machine's hour.
+  alternate() {  # alternate <prefix> <older binaries, space-separated> <this build's> <filter>
+    local r i b bin
+    local -a bins
+    read -r -a bins <<<"$2"
+    bins+=("$3")
     for r in $(seq "${ROUNDS:-2}"); do
-      for b in base this; do
-        bin=$2
-        [ "$b" = this ] && bin=$3
+      for i in "${!bins[@]}"; do
+        bin=${bins[$i]}
+        b=base$((i + 1))
+        [ "$i" -eq $((${#bins[@]} - 1)) ] && b=this
         run "${1}_${b}_$r.log" 60 "$bin" --benchmark_filter="$4" \
-          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+          --benchmark_out="$out/${1}_${b}_$r.json" --benchmark_out_format=json
         grep -h "_median" "$out/${1}_${b}_$r.log" | sed "s/^/$b $r: /"
       done
     done
