@@ -204,7 +204,7 @@ class spsc_ring {
       if (position) *position = head;
       return take(p, head);
     }
-    return pop_unless([] { return false; }, position, timing);
+    return pop_slow(position, timing);
   }
 
   // As pop(), but gives up at the deadline: nullopt then means timed out, or closed and
@@ -311,6 +311,13 @@ class spsc_ring {
 
  private:
   struct place;  // where a position lives (see at())
+
+  // pop() once the ring was empty: wait for an element, out of line (as push_slow()), so
+  // that a caller's loop inlines pop()'s fast path alone.
+  [[gnu::noinline]] std::optional<T> pop_slow(std::size_t* position, wait_timing* timing) noexcept(
+      std::is_nothrow_move_constructible_v<T>) {
+    return pop_unless([] { return false; }, position, timing);
+  }
 
   // push() once the ring was full: wait for room, out of line.
   [[gnu::noinline]] bool push_slow(T& v, wait_timing* timing) noexcept(
