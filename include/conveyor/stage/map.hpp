@@ -168,7 +168,7 @@ class map_node {
     auto out = out_->port(w);
     while (auto v = probe.pop(in)) {
       probe.occupancy(in);
-      const std::uint64_t n = v->items();
+      std::uint64_t n = v->items();
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
         break;
@@ -176,7 +176,7 @@ class map_node {
       // Lanes are chosen only where nothing is dropped (see pipeline_options::errors):
       // each lane's next element is the next item of its count.
       std::optional<out_type> r;
-      if (apply(probe, *v, r) != step::done) break;
+      if (apply(probe, *v, r, n) != step::done) break;
       if (!probe.emplace(out, std::move(*r), std::move(v->metas))) {
         ctl_.cancel(n);
         break;
@@ -194,14 +194,13 @@ class map_node {
     // ring behind the stage closed), the item accounted for.
     bool stopped = false;
     const auto forward = [&](envelope<In>&& in) noexcept CONVEYOR_HOT_LAMBDA {
-      const std::uint64_t n = in.items();
+      std::uint64_t n = in.items();
       std::optional<out_type> out;
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
-      } else if (const step r = apply(probe, in, out); r == step::done) {
-        const std::uint64_t left = in.items();  // fewer than n if some of a batch expired
+      } else if (const step r = apply(probe, in, out, n); r == step::done) {
         if (probe.emplace(*out_, std::move(*out), std::move(in.metas))) return true;
-        ctl_.cancel(left);
+        ctl_.cancel(n);  // what apply() left of them
       } else if (r == step::dropped) {
         return true;
       }
@@ -233,7 +232,8 @@ class map_node {
         break;
       }
       std::optional<out_type> out;
-      const step r = apply(probe, *in, out);
+      std::uint64_t n = in->items();
+      const step r = apply(probe, *in, out, n);
       if (r == step::stop) break;
       // Depositing may emit downstream, through this worker's probe.
       const auto push = [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); };
@@ -256,22 +256,26 @@ class map_node {
   // envelope until it goes downstream: emplace() builds the envelope in the ring's slot
   // (see worker_probe::emplace). `out` is the caller's: an optional returned by value
   // here was copied through the stack, and the load behind that copy stalled on the store.
+  // n: the input's items, counted once by the caller; apply() leaves there those left
+  // after expiry (fewer where some of a batch expired).
   CONVEYOR_HOT_INLINE step apply(worker_probe& probe, envelope<In>& in,
-                                 std::optional<out_type>& out) noexcept {
-    if (may_expire_ && drop_expired(ctl_, stats_, in) == 0) [[unlikely]] {
-      probe.busy();
-      return step::dropped;
+                                 std::optional<out_type>& out, std::uint64_t& n) noexcept {
+    if (may_expire_) {
+      n = drop_expired(ctl_, stats_, in);
+      if (n == 0) [[unlikely]] {
+        probe.busy();
+        return step::dropped;
+      }
     }
     try {
       metrics::nvtx_range range{probe.span_name()};
       out.emplace(stage_.function()(std::move(in.value)));
     } catch (...) {
       probe.busy();
-      return ctl_.fail_items(stage_.name(), stats_, in.metas, in.items()) ? step::dropped
-                                                                          : step::stop;
+      return ctl_.fail_items(stage_.name(), stats_, in.metas, n) ? step::dropped : step::stop;
     }
     probe.work_done();
-    probe.items(in.items());
+    probe.items(n);
     return step::done;
   }
 
