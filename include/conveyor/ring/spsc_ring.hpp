@@ -484,9 +484,8 @@ class spsc_ring {
   }
 
   // Where position pos lives: the unit that holds it (a slot or a line, with the turn)
-  // and its element. Each
-  // call takes it once: an atomic access between two uses would have the compiler read
-  // slots_ and mask_ again.
+  // and its element. Each call takes it once: an atomic access between two uses would
+  // have the compiler read slots_ and mask_ again.
   struct place {
     unit* holder;
     T* element;
