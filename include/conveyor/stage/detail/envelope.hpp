@@ -53,7 +53,9 @@ class meta_list {
     return *this;
   }
   ~meta_list() {
-    if (block* b = list()) ::operator delete(b);  // not a call into free() for every item
+    // One compare per item: only a list's word with a pointer in it is above the tag
+    // (an item's id is below it, an empty list's word is the tag alone).
+    if (w_.id > list_tag) ::operator delete(list());
   }
 
   // A batch's list (of any size), not one item's inline meta.
