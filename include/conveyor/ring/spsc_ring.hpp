@@ -347,13 +347,15 @@ class spsc_ring {
     }
     ::new (static_cast<void*>(p.element)) T(std::forward<Args>(args)...);  // may throw:
     // nothing is published then.
+    // Before the turn's release store: a thread that takes the producer's part after
+    // acquiring this turn reads the spot it left.
+    if constexpr (Layout == spsc_layout::line_turns) producer_.spot = next_spot(p.turn - 1);
     // release: pairs with the acquire load of the turn in takable(); the construction
     // above (line_turns: and every earlier one in its line) happens-before the consumer
     // reads the element.
     p.holder->turn.store(p.turn, std::memory_order_release);
     // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
     producer_.tail.store(tail + 1, std::memory_order_relaxed);
-    if constexpr (Layout == spsc_layout::line_turns) producer_.spot = next_spot(p.turn - 1);
     not_empty_.notify(producer_.consumer_sleeps);  // a word on our own line
     return true;
   }
@@ -435,11 +437,13 @@ class spsc_ring {
       // The consumer's own line: notify() costs a load of a line it holds.
       not_full_.notify(consumer_.producer_sleeps);
     } else {
+      // line_turns: before head's release store, which publishes it to a thread that
+      // takes the consumer's part after acquiring head.
+      if constexpr (Layout == spsc_layout::line_turns) consumer_.spot = next_spot(p.turn - 1);
       // release: pairs with the acquire load of head in emplace() / has_room(); the
       // move-out and the destruction happen-before the producer fills the place again.
       consumer_.head.store(head + 1, std::memory_order_release);
       if constexpr (Layout == spsc_layout::line_turns) {
-        consumer_.spot = next_spot(p.turn - 1);
         // The producer's sleeper word has a line of its own (producer_sleeps_apart_):
         // a load from a line nobody writes until a producer sleeps.
         not_full_.notify(producer_sleeps_apart_.word);
