@@ -177,6 +177,8 @@ class map_node {
       // each lane's next element is the next item of its count.
       std::optional<out_type> r;
       if (apply(probe, *v, r, n) != step::done) break;
+      probe.work_done();
+      probe.items(n);
       if (!probe.emplace(out, std::move(*r), std::move(v->metas))) {
         ctl_.cancel(n);
         break;
@@ -193,12 +195,18 @@ class map_node {
     // false: the worker stops (the pipeline is stopping, the function threw, or the
     // ring behind the stage closed), the item accounted for.
     bool stopped = false;
+    // The inputs forward() passed through the function, and their items, not counted yet:
+    // counted once per burst (worker_probe::done()).
+    std::uint32_t done = 0;
+    std::uint64_t done_items = 0;
     const auto forward = [&](envelope<In>&& in) noexcept CONVEYOR_HOT_LAMBDA {
       std::uint64_t n = in.items();
       std::optional<out_type> out;
       if (ctl_.is_stopping()) {
         ctl_.cancel(n);
       } else if (const step r = apply(probe, in, out, n); r == step::done) {
+        ++done;
+        done_items += n;
         if (probe.emplace(*out_, std::move(*out), std::move(in.metas))) return true;
         ctl_.cancel(n);  // what apply() left of them
       } else if (r == step::dropped) {
@@ -210,8 +218,14 @@ class map_node {
     // The one worker of an SPSC link takes what its ring holds in bursts, and waits
     // (pops) only when it holds nothing (see worker_probe::drain).
     const bool bursts = !ordered && in_->can_drain();
+    const auto count = [&]() noexcept CONVEYOR_HOT_LAMBDA {
+      probe.done(done, done_items);
+      done = 0;
+      done_items = 0;
+    };
     for (;;) {
       if (bursts && probe.drain(*in_, forward) != 0) {
+        count();
         if (stopped) break;
         continue;
       }
@@ -220,7 +234,9 @@ class map_node {
       if (!in) break;
       probe.occupancy(*in_);
       if (!ordered) {
-        if (!forward(std::move(*in))) break;
+        const bool more = forward(std::move(*in));
+        count();
+        if (!more) break;
         continue;
       }
       // Waiting for the reorder window counts as waiting for input.
@@ -235,6 +251,10 @@ class map_node {
       std::uint64_t n = in->items();
       const step r = apply(probe, *in, out, n);
       if (r == step::stop) break;
+      if (r == step::done) {
+        probe.work_done();
+        probe.items(n);
+      }
       // Depositing may emit downstream, through this worker's probe.
       const auto push = [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); };
       if (r == step::dropped) {
@@ -250,8 +270,9 @@ class map_node {
   // or expired); or the worker stops (it failed and the pipeline stops).
   enum class step { done, dropped, stop };
 
-  // Calls the function on one input into `out` and counts the work. A service's items
-  // whose deadline passed expire first (see drop_expired()). A failure is recorded and
+  // Calls the function on one input into `out`; the caller counts the work of a done one
+  // (per input, or once per burst: worker_probe::done()). A service's items whose
+  // deadline passed expire first (see drop_expired()). A failure is recorded and
   // handled by the error policy (control::fail_items()). The result stays out of an
   // envelope until it goes downstream: emplace() builds the envelope in the ring's slot
   // (see worker_probe::emplace). `out` is the caller's: an optional returned by value
@@ -274,8 +295,6 @@ class map_node {
       probe.busy();
       return ctl_.fail_items(stage_.name(), stats_, in.metas, n) ? step::dropped : step::stop;
     }
-    probe.work_done();
-    probe.items(n);
     return step::done;
   }
 

@@ -117,6 +117,10 @@ class terminal_node {
     // One item: delivered, its latency recorded. false: the worker stops (the pipeline
     // is stopping, or the delivery threw), the item accounted for.
     bool stopped = false;
+    // The inputs delivered, and their items, not counted yet: counted once per burst
+    // (worker_probe::done()).
+    std::uint32_t done = 0;
+    std::uint64_t done_items = 0;
     const auto deliver_one = [&](envelope<In>&& in) noexcept CONVEYOR_HOT_LAMBDA {
       const std::uint64_t n = in.items();
       if (ctl_.is_stopping()) {
@@ -148,26 +152,34 @@ class terminal_node {
         stopped = true;
         return false;
       }
-      probe.work_done();
+      ++done;
+      done_items += n;  // counts as completed: see control::count_completions_of
       if (first_of_batch) [[unlikely]]
         feedback->returned(*first_of_batch, now_ns());
       if (timed && (single.t0_ns != 0 || metas.is_list())) [[unlikely]]
         record_latencies(single, metas);
-      probe.items(n);  // counts as completed: see control::count_completions_of
       return true;
+    };
+    const auto count = [&]() noexcept CONVEYOR_HOT_LAMBDA {
+      probe.done(done, done_items);
+      done = 0;
+      done_items = 0;
     };
     // The one worker of an SPSC link takes what its ring holds in bursts, and waits
     // (pops) only when it holds nothing (see worker_probe::drain).
     const bool bursts = in_->can_drain();
     for (;;) {
       if (bursts && probe.drain(*in_, deliver_one) != 0) {
+        count();
         if (stopped) break;
         continue;
       }
       auto in = probe.pop(*in_);
       if (!in) break;
       probe.occupancy(*in_);
-      if (!deliver_one(std::move(*in))) break;
+      const bool more = deliver_one(std::move(*in));
+      count();
+      if (!more) break;
     }
     // A Deliver that settles what it will never deliver (a service's result node: see
     // pipeline/detail/service.hpp) hears that this worker delivers no more; with one

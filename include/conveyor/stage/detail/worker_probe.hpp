@@ -70,17 +70,17 @@ class worker_probe {
     if (auto v = in.try_pop(pos)) return v;
     return wait_as(wait_for::input, [&](wait_timing* t) { return in.pop(pos, t); });
   }
-  // Takes what the input link holds now, up to `burst` items, and hands each to f(T&&)
-  // (ring_link::drain: an SPSC link's one consumer); f returns false to stop after its
-  // item. 0: there was none (the caller waits with pop()). Like a pop that found an
-  // item ready it reads no clock; the occupancy sample, when due, is taken before the
-  // burst. Each item leaves the ring before f runs, as with a pop; per burst instead of
-  // per item: the consumer's index store, the optional a pop returns, the calls through
-  // the link.
+  // Takes what the input link holds now, up to `burst` items (one with a trace track: each
+  // item's work is a span of its own), and hands each to f(T&&) (ring_link::drain: an
+  // SPSC link's one consumer); f returns false to stop after its item. 0: there was none
+  // (the caller waits with pop()). Like a pop that found an item ready it reads no clock;
+  // the occupancy sample, when due, is taken before the burst. Each item leaves the ring
+  // before f runs, as with a pop; per burst instead of per item: the optional a pop
+  // returns, the calls through the link, and the stage's counts (the caller's done()).
   template <class Link, class F>
   CONVEYOR_HOT_INLINE std::size_t drain(Link& in, F& f) noexcept {
     occupancy(in);
-    return in.drain(f, burst);
+    return in.drain(f, track_ != nullptr ? 1 : burst);
   }
   // At most this many items per burst: between bursts the stage checks what a pop
   // would (the next wait, a stop) and samples its occupancy when due.
@@ -164,6 +164,15 @@ class worker_probe {
   // never ends; with a trace track it is 1).
   CONVEYOR_HOT_INLINE void work_done() noexcept {
     if (++lazy_ < mark_period_) return;
+    mark_work();
+  }
+  // work_done() for k inputs at once, and items(n) for their n items: what a burst did,
+  // counted once after it (see drain()) instead of per item.
+  CONVEYOR_HOT_INLINE void done(std::uint32_t k, std::uint64_t n) noexcept {
+    if (k == 0) return;
+    items(n);
+    lazy_ += k;
+    if (lazy_ < mark_period_) return;
     mark_work();
   }
   static constexpr std::int64_t mark_interval_ns = 50'000;
