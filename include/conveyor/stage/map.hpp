@@ -177,8 +177,7 @@ class map_node {
       // each lane's next element is the next item of its count.
       std::optional<out_type> r;
       if (apply(probe, *v, r, n) != step::done) break;
-      probe.work_done();
-      probe.items(n);
+      probe.done(1, n);
       if (!probe.emplace(out, std::move(*r), std::move(v->metas))) {
         ctl_.cancel(n);
         break;
@@ -251,10 +250,7 @@ class map_node {
       std::uint64_t n = in->items();
       const step r = apply(probe, *in, out, n);
       if (r == step::stop) break;
-      if (r == step::done) {
-        probe.work_done();
-        probe.items(n);
-      }
+      if (r == step::done) probe.done(1, n);
       // Depositing may emit downstream, through this worker's probe.
       const auto push = [&](envelope<out_type>&& e) { return probe.push(*out_, std::move(e)); };
       if (r == step::dropped) {

@@ -162,18 +162,18 @@ class worker_probe {
   // The count is inlined into the stage's loop; the mark is not.
   // One count and one compare per item whether metrics are on or off (off: the period
   // never ends; with a trace track it is 1).
-  CONVEYOR_HOT_INLINE void work_done() noexcept {
-    if (++lazy_ < mark_period_) return;
+  // k: inputs done at once (a burst's, see done()).
+  CONVEYOR_HOT_INLINE void work_done(std::uint32_t k = 1) noexcept {
+    lazy_ += k;
+    if (lazy_ < mark_period_) return;
     mark_work();
   }
-  // work_done() for k inputs at once, and items(n) for their n items: what a burst did,
+  // work_done(k) and items(n) for k inputs of n items: one input, or what a burst did,
   // counted once after it (see drain()) instead of per item.
   CONVEYOR_HOT_INLINE void done(std::uint32_t k, std::uint64_t n) noexcept {
     if (k == 0) return;
     items(n);
-    lazy_ += k;
-    if (lazy_ < mark_period_) return;
-    mark_work();
+    work_done(k);
   }
   static constexpr std::int64_t mark_interval_ns = 50'000;
   static constexpr std::uint32_t max_mark_period = 4096;
