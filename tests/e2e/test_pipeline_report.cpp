@@ -442,6 +442,83 @@ TEST_CASE("worker_probe: a wait that reached the ring's slow path is charged whe
   CHECK(c.busy_ns + c.starved_ns + c.blocked_ns <= probe.mark_ns() - t0);
 }
 
+namespace {
+// An SPSC link's consumer side as worker_probe::drain() sees it: `held` items there, and
+// the most each burst was allowed to take.
+struct counted_link {
+  std::size_t held = 1000;
+  std::vector<std::size_t> asked;
+  std::size_t size_approx() const noexcept { return held; }
+  template <class F>
+  std::size_t drain(F& f, std::size_t most) {
+    asked.push_back(most);
+    std::size_t n = 0;
+    while (n < most && held > 0) {
+      --held;
+      ++n;
+      if (!f(1)) break;
+    }
+    return n;
+  }
+};
+}  // namespace
+
+TEST_CASE("worker_probe: a burst ends at the next clock mark, so it delays no count") {
+  using namespace std::chrono_literals;
+  // One burst as a stage takes it, each item's work lasting `work`.
+  const auto take = [](probe_t& probe, counted_link& in, std::chrono::microseconds work = 0us) {
+    auto f = [work](int) {
+      if (work.count() > 0) std::this_thread::sleep_for(work);
+      return true;
+    };
+    const std::size_t n = probe.drain(in, f);
+    probe.done(static_cast<std::uint32_t>(n), n);
+    return n;
+  };
+  metrics::stage_stats stats{1};
+  SECTION("metrics off: whole bursts") {
+    detail::control ctl{false};
+    probe_t probe{ctl, stats, 0, nullptr, "s", nullptr};
+    counted_link in;
+    for (int i = 0; i < 3; ++i) CHECK(take(probe, in) == probe_t::burst);
+    CHECK(stats.snapshot().items == 3 * probe_t::burst);
+  }
+  SECTION("a trace track: one item per burst, each its own span") {
+    detail::control ctl{true};
+    metrics::trace_buffer trace{1024};
+    probe_t probe{ctl, stats, 0, &trace.add_track("s"), "s", nullptr};
+    counted_link in;
+    CHECK(take(probe, in) == 1);
+    CHECK(take(probe, in) == 1);
+  }
+  SECTION("metrics on, before the first mark: whole bursts") {
+    detail::control ctl{true};
+    probe_t probe{ctl, stats, 0, nullptr, "s", nullptr};
+    counted_link in;
+    // Before the first mark the period is 64 items: two whole bursts reach it (then the
+    // items' cost sets it: thousands of items here, unless the thread was preempted).
+    CHECK(take(probe, in) == probe_t::burst);
+    CHECK(take(probe, in) == probe_t::burst);
+    CHECK(in.asked == std::vector<std::size_t>(2, probe_t::burst));
+  }
+  SECTION("metrics on, items dearer than a mark interval: one by one") {
+    detail::control ctl{true};
+    probe_t probe{ctl, stats, 0, nullptr, "s", nullptr};
+    counted_link in;
+    // 250 us per item (more if the sleeps overslept): more than mark_interval_ns, so
+    // at the first mark the period, and with it the burst, drops to one item.
+    CHECK(take(probe, in, 250us) == probe_t::burst);
+    CHECK(take(probe, in, 250us) == probe_t::burst);
+    const metrics::stage_counters before = stats.snapshot();
+    CHECK(take(probe, in, 1000us) == 1);
+    CHECK(take(probe, in, 1000us) == 1);
+    // Each one-item burst is marked as soon as it is done: a running report has its work.
+    const metrics::stage_counters c = stats.snapshot();
+    CHECK(c.items == before.items + 2);
+    CHECK(c.busy_ns - before.busy_ns >= 2'000'000);
+  }
+}
+
 TEST_CASE("pipeline metrics off: accounting kept, nothing timed, verdict unmeasured") {
   const std::uint64_t n = t::scaled(20'000);
   std::uint64_t sum = 0;

@@ -70,21 +70,25 @@ class worker_probe {
     if (auto v = in.try_pop(pos)) return v;
     return wait_as(wait_for::input, [&](wait_timing* t) { return in.pop(pos, t); });
   }
-  // Takes what the input link holds now, up to `burst` items (one with a trace track: each
-  // item's work is a span of its own), and hands each to f(T&&) (ring_link::drain: an
-  // SPSC link's one consumer); f returns false to stop after its item. 0: there was none
-  // (the caller waits with pop()). Like a pop that found an item ready it reads no clock;
-  // the occupancy sample, when due, is taken before the burst. Each item leaves the ring
-  // before f runs, as with a pop; per burst instead of per item: the optional a pop
-  // returns, the calls through the link, and the stage's counts (the caller's done()).
+  // Takes what the input link holds now, up to `burst` items and no further than the next
+  // clock mark (work_done()'s period: one item with a trace track or for items of more
+  // than mark_interval_ns, so a burst delays the stage's counts no more than a mark
+  // would), and hands each to f(T&&) (ring_link::drain: an SPSC link's one consumer); f
+  // returns false to stop after its item. 0: there was none (the caller waits with
+  // pop()). Like a pop that found an item ready it reads no clock; the occupancy sample,
+  // when due, is taken before the burst. Each item leaves the ring before f runs, as with
+  // a pop; per burst instead of per item: the optional a pop returns, the calls through
+  // the link, and the stage's counts (the caller's done()).
   template <class Link, class F>
   CONVEYOR_HOT_INLINE std::size_t drain(Link& in, F& f) noexcept {
     occupancy(in);
-    return in.drain(f, track_ != nullptr ? 1 : burst);
+    // lazy_ < mark_period_ between calls (work_done() marks when it reaches it): >= 1.
+    const std::uint32_t to_mark = mark_period_ - lazy_;
+    return in.drain(f, to_mark < burst ? to_mark : burst);
   }
   // At most this many items per burst: between bursts the stage checks what a pop
   // would (the next wait, a stop) and samples its occupancy when due.
-  static constexpr std::size_t burst = 32;
+  static constexpr std::uint32_t burst = 32;
 
   // Pushes to the output ring; waits are charged as blocked, measured as in pop().
   // false: the ring was closed (the pipeline is stopping).
