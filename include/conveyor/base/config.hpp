@@ -31,6 +31,9 @@ inline constexpr std::size_t cache_line_size = 128;
 // each call boundary through memory, and a load behind stores of another width waits
 // for the store buffer to drain, behind the store into a ring slot whose line the other
 // core holds: a chain over the link then moved half the items of one over the ring.
+// Every function on that path carries it, down to the rings' one-line helpers and the
+// metas' destructor: in a TU with many pipelines (a benchmark, a test) g++'s inlining
+// budget runs out, and it called them on every item.
 #if defined(__GNUC__)
 #define CONVEYOR_HOT_INLINE [[gnu::always_inline]] inline
 #else

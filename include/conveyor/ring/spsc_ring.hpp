@@ -415,7 +415,7 @@ class spsc_ring {
       const place& p;
       std::size_t head;
       int exceptions = std::is_nothrow_move_constructible_v<T> ? 0 : std::uncaught_exceptions();
-      ~release_slot() {
+      CONVEYOR_HOT_INLINE ~release_slot() {
         if constexpr (!std::is_nothrow_move_constructible_v<T>)
           if (std::uncaught_exceptions() != exceptions) return;  // the move threw
         ring.release(p, head);
@@ -503,7 +503,7 @@ class spsc_ring {
     T* element;
     turn_type turn;
   };
-  place at(std::size_t pos) const noexcept {
+  CONVEYOR_HOT_INLINE place at(std::size_t pos) const noexcept {
     if constexpr (Layout == spsc_layout::line_turns) {
       return at_spot(spot_of(pos));
     } else {
@@ -511,17 +511,17 @@ class spsc_ring {
       return {u, std::launder(reinterpret_cast<T*>(u->bytes)), turn_of(pos)};
     }
   }
-  place at_spot(std::uint64_t s) const noexcept {  // line_turns
+  CONVEYOR_HOT_INLINE place at_spot(std::uint64_t s) const noexcept {  // line_turns
     unit* const u = slots_.data() + ((s >> 6) & mask_);
     return {u, std::launder(reinterpret_cast<T*>(u->bytes[s & 63])), s + 1};
   }
   // The places of the producer's next position (tail) and the consumer's (head):
   // line_turns from the side's spot, the others from the index.
-  place producer_place(std::size_t tail) const noexcept {
+  CONVEYOR_HOT_INLINE place producer_place(std::size_t tail) const noexcept {
     if constexpr (Layout == spsc_layout::line_turns) return at_spot(producer_.spot);
     return at(tail);
   }
-  place consumer_place(std::size_t head) const noexcept {
+  CONVEYOR_HOT_INLINE place consumer_place(std::size_t head) const noexcept {
     if constexpr (Layout == spsc_layout::line_turns) return at_spot(consumer_.spot);
     return at(head);
   }

@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "conveyor/base/config.hpp"
+
 namespace conveyor::detail {
 
 // Identity of one item from the source or from submit(): 8 bytes, because every
@@ -47,12 +49,13 @@ class meta_list {
   meta_list(const meta_list& o) : w_(o.is_list() ? item_meta{list_tag} : o.w_) {
     if (o.is_list()) append(o);
   }
-  meta_list(meta_list&& o) noexcept : w_(std::exchange(o.w_, item_meta{list_tag})) {}
+  CONVEYOR_HOT_INLINE meta_list(meta_list&& o) noexcept
+      : w_(std::exchange(o.w_, item_meta{list_tag})) {}
   meta_list& operator=(meta_list o) noexcept {
     std::swap(w_, o.w_);
     return *this;
   }
-  ~meta_list() {
+  CONVEYOR_HOT_INLINE ~meta_list() {
     // One compare per item: only a list's word with a pointer in it is above the tag
     // (an item's id is below it, an empty list's word is the tag alone).
     if (w_.id > list_tag) ::operator delete(list());

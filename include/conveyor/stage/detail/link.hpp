@@ -333,29 +333,35 @@ class ring_link {
       std::size_t n = 0;     // poppers: the next element's number over the hop
     };
 
-    hop_ring<T>& push_lane(std::size_t p) noexcept { return *rings[p * C + pushed[p].lane]; }
-    hop_ring<T>& pop_lane(std::size_t c) noexcept { return *rings[popped[c].lane * C + c]; }
-    void pushed_one(std::size_t p) noexcept {
+    CONVEYOR_HOT_INLINE hop_ring<T>& push_lane(std::size_t p) noexcept {
+      return *rings[p * C + pushed[p].lane];
+    }
+    CONVEYOR_HOT_INLINE hop_ring<T>& pop_lane(std::size_t c) noexcept {
+      return *rings[popped[c].lane * C + c];
+    }
+    CONVEYOR_HOT_INLINE void pushed_one(std::size_t p) noexcept {
       pushed[p].lane = advance(pushed[p].lane, push_step, C);
     }
-    void popped_one(std::size_t c, std::size_t* position) noexcept {
+    CONVEYOR_HOT_INLINE void popped_one(std::size_t c, std::size_t* position) noexcept {
       end_state& e = popped[c];
       if (position) *position = e.n;
       e.n += C;
       e.lane = advance(e.lane, pop_step, P);
     }
-    static std::size_t advance(std::size_t i, std::size_t step, std::size_t n) noexcept {
+    CONVEYOR_HOT_INLINE static std::size_t advance(std::size_t i, std::size_t step,
+                                                   std::size_t n) noexcept {
       i += step;
       return i >= n ? i - n : i;
     }
 
-    bool try_push(std::size_t p, T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    CONVEYOR_HOT_INLINE bool try_push(std::size_t p,
+                                      T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
       if (!push_lane(p).try_push(std::move(v))) return false;
       pushed_one(p);
       return true;
     }
     template <class... Args>
-    bool try_emplace(std::size_t p, Args&&... args) noexcept {
+    CONVEYOR_HOT_INLINE bool try_emplace(std::size_t p, Args&&... args) noexcept {
       if (!push_lane(p).try_emplace(std::forward<Args>(args)...)) return false;
       pushed_one(p);
       return true;
@@ -366,7 +372,7 @@ class ring_link {
       pushed_one(p);
       return true;
     }
-    std::optional<T> try_pop(std::size_t c, std::size_t* position) noexcept(
+    CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t c, std::size_t* position) noexcept(
         std::is_nothrow_move_constructible_v<T>) {
       auto v = pop_lane(c).try_pop();
       if (v) popped_one(c, position);
