@@ -156,8 +156,7 @@ void pipeline_core::join() {
 
 item_counts pipeline_core::counts() const noexcept {
   // relaxed: counters; after join they are exact, before it a recent snapshot.
-  return {ctl_.produced.load(std::memory_order_relaxed), ctl_.completed(),
-          ctl_.failed.load(std::memory_order_relaxed),
+  return {ctl_.produced_items(), ctl_.completed(), ctl_.failed.load(std::memory_order_relaxed),
           ctl_.cancelled.load(std::memory_order_relaxed),
           ctl_.expired.load(std::memory_order_relaxed)};
 }

@@ -130,7 +130,12 @@ class source_node {
         ctl_(ctl),
         out_(out),
         stats_(1),
-        track_(ctl_.make_track(stage_.name())) {}
+        track_(ctl_.make_track(stage_.name())) {
+    ctl_.count_productions_of(stats_);  // its item count is the produced count
+  }
+  // control keeps the address of stats_: built in place, never moved.
+  source_node(const source_node&) = delete;
+  source_node& operator=(const source_node&) = delete;
 
   stage_info info() { return {stage_.name(), stage_kind::source, 0, &stats_}; }
 
@@ -159,8 +164,7 @@ class source_node {
       }
       probe.work_done();
       if (!v) break;
-      ctl_.count_produced();
-      probe.items(1);
+      probe.items(1);  // produced (control::produced_items())
       // entered: the end of the call; timed for a sample of the items (see
       // latency_sample_weight), its time kept in control for the terminal stage (the
       // push below publishes it). Per item a test on registers, the rest out of line

@@ -14,8 +14,8 @@
 // (src/conveyor/control.cpp).
 // Thread-safety: the atomics and fail_current()/fail_items()/expire()/stop()/cancel()
 // from any thread; on_stop(), make_track(), use_tickets(), count_completions_of(),
-// feedback, isolate_failures and settle_alone during setup only (before any stage
-// thread runs).
+// count_productions_of(), feedback, isolate_failures and settle_alone during setup only
+// (before any stage thread runs).
 #pragma once
 
 #include <atomic>
@@ -143,12 +143,13 @@ class control {
   first_error error;
 
   // Item accounting, without a locked instruction per item on the hot path (it would
-  // drain the writer's store buffer behind the ring slots it just wrote): produced has
-  // one writer, the source thread (count_produced(); submit() callers, who may be many,
-  // use fetch_add: a pipeline has a source or an input, never both); completed is
-  // counted by the terminal stage's workers, each in its own counter slot (the stage's
-  // item counts; completed() sums them). failed and cancelled change once per failure or
-  // stop, so fetch_add is fine there.
+  // drain the writer's store buffer behind the ring slots it just wrote): a source's
+  // items are counted by the source stage itself (its item count; produced_items()
+  // reads it), submit()'s in `produced` (its callers, who may be many, use fetch_add: a
+  // pipeline has a source or an input, never both); completed is counted by the
+  // terminal stage's workers, each in its own counter slot (the stage's item counts;
+  // completed() sums them). failed and cancelled change once per failure or stop, so
+  // fetch_add is fine there.
   alignas(cache_line_size) std::atomic<std::uint64_t> produced{0};
   alignas(cache_line_size) std::atomic<std::uint64_t> failed{0};
   std::atomic<std::uint64_t> cancelled{0};
@@ -164,11 +165,14 @@ class control {
   // item's ticket back. Empty in a source pipeline: such items are only counted.
   std::function<void(const item_meta&, std::exception_ptr)> settle_alone;
 
-  // Source thread only: one more item produced.
-  void count_produced() noexcept {
-    // relaxed: a counter read after join (exact) or as a snapshot; one writer, so a plain
-    // load and store cannot lose an increment.
-    produced.store(produced.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  // Setup only (before any stage thread runs): the source stage, whose item count is the
+  // produced count of a source pipeline.
+  void count_productions_of(const metrics::stage_stats& source) noexcept { productions_ = &source; }
+  // Any thread: items that entered the pipeline (from its source, or by submit()); exact
+  // after join.
+  std::uint64_t produced_items() const noexcept {
+    // relaxed: a counter read after join (exact) or as a snapshot.
+    return produced.load(std::memory_order_relaxed) + (productions_ ? productions_->items() : 0);
   }
   // Setup only (before any stage thread runs): the stage whose items are the completed
   // ones. Each of its workers counts into its own slot after a successful delivery.
@@ -220,6 +224,7 @@ class control {
  private:
   std::vector<std::function<void()>> closers_;
   const metrics::stage_stats* completions_ = nullptr;
+  const metrics::stage_stats* productions_ = nullptr;
   std::vector<ticket_entry> tickets_;  // a service pipeline's; empty: a source's
   latency_samples samples_;            // a source pipeline's timed items
   std::atomic<bool> gate_{false};
