@@ -14,7 +14,7 @@
 //   idle/Q                           a consumer blocked in pop() on an empty ring for 1 s:
 //                                    its own thread CPU time, as cpu_us_per_s
 // "conveyor" is spsc_ring's default layout (line_turns for 8-byte items, cached_head for
-// 64-byte ones), "conveyor-turns" its slot_turns layout, the one a pipeline's links use.
+// 64-byte ones), which a pipeline's links use too; "conveyor-turns" its slot_turns layout.
 // "try" spins on try_push/try_pop (pause, and a yield every 64 failures so a waiting thread
 // hands back a shared core); "block" uses the queue's blocking calls. Peers: a std::mutex +
 // two std::condition_variable bounded queue ("mutex"), boost::lockfree ("boost", no blocking

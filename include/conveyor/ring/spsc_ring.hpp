@@ -25,8 +25,7 @@
 //   32-bit position it was written for (plus 1); the consumer looks at that slot alone.
 // - slot_turns: as cached_head, and the producer, too, looks at the slot it is about to
 //   fill instead of the consumer's index (the consumer hands each slot back by writing
-//   its next turn), so the only lines that travel are the slots'. A pipeline's links use
-//   it: its chains of small stages move more items over it.
+//   its next turn), so the only lines that travel are the slots'.
 // Each index shares its cache line with nothing the other side writes in the steady
 // state: the lines that travel between the cores are the elements' own, from the
 // producer to the consumer, and the head's line when the producer has caught up with the

@@ -96,10 +96,11 @@ struct ring_ends {
 // Threads that push or pop concurrently "without limit" (e.g. submit() callers).
 inline constexpr std::size_t any_threads = ~std::size_t{0};
 
-// The SPSC ring of a hop between stages: the slot_turns layout, over which chains of
-// small stages move more items than over the default one (benchmarks/RESULTS.md).
+// The SPSC ring of a hop between stages: spsc_ring's default layout for the envelope,
+// the one a plain user gets (line_turns up to 28 bytes: three envelopes of a 64-bit
+// value per line); over slot_turns the trivial chain moved fewer items (RESULTS.md).
 template <class T>
-using hop_ring = spsc_ring<T, spsc_layout::slot_turns>;
+using hop_ring = spsc_ring<T>;
 
 template <class T>
 class ring_port;
