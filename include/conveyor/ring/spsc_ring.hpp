@@ -109,7 +109,7 @@ class spsc_ring {
         slots_(units(capacity)) {
     // Published with the ring itself.
     if constexpr (Layout == spsc_layout::line_turns) {
-      // Turn 0: below every position's (spot_of(pos) + 1).
+      // Turn 0: below every position's line_turn().
       for (std::size_t i = 0; i < units(capacity); ++i)
         ::new (static_cast<void*>(slots_.data() + i)) unit(0);
     } else {
@@ -171,8 +171,8 @@ class spsc_ring {
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    const place p = consumer_place(head);
-    if (!takable(p)) return std::nullopt;
+    const place p = at(head);
+    if (!takable(p, head)) return std::nullopt;
     if (position) *position = head;
     return take(p, head);
   }
@@ -184,8 +184,8 @@ class spsc_ring {
     requires std::is_move_assignable_v<T>
   {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    const place p = consumer_place(head);
-    if (!takable(p)) return false;
+    const place p = at(head);
+    if (!takable(p, head)) return false;
     out = std::move(*p.element);  // a throw leaves the element in place
     release(p, head);
     return true;
@@ -199,7 +199,7 @@ class spsc_ring {
       std::size_t* position = nullptr,
       wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    if (const place p = consumer_place(head); takable(p)) {
+    if (const place p = at(head); takable(p, head)) {
       if (position) *position = head;
       return take(p, head);
     }
@@ -212,10 +212,10 @@ class spsc_ring {
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    const place p = consumer_place(head);
-    const auto ready = [&] { return takable(p) || closed(); };
+    const place p = at(head);
+    const auto ready = [&] { return takable(p, head) || closed(); };
     if (!ready() && !not_empty_.wait_until(ready, deadline)) return std::nullopt;  // timed out
-    if (!takable(p)) return std::nullopt;  // closed and drained
+    if (!takable(p, head)) return std::nullopt;  // closed and drained
     return take(p, head);
   }
 
@@ -229,15 +229,15 @@ class spsc_ring {
       GiveUp&& give_up, std::size_t* position = nullptr,
       wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
     const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    const place p = consumer_place(head);
+    const place p = at(head);
     for (;;) {
-      if (takable(p)) break;
+      if (takable(p, head)) break;
       // Elements pushed before close() are visible once closed() is seen (acquire).
       if (closed() || give_up()) {
-        if (takable(p)) break;
+        if (takable(p, head)) break;
         return std::nullopt;
       }
-      not_empty_.wait([&] { return takable(p) || closed() || give_up(); }, timing);
+      not_empty_.wait([&] { return takable(p, head) || closed() || give_up(); }, timing);
     }
     if (position) *position = head;
     return take(p, head);  // the one move: into the value returned
@@ -260,8 +260,8 @@ class spsc_ring {
     const std::size_t first = consumer_.head.load(std::memory_order_relaxed);  // we own head
     std::size_t head = first;
     for (; head - first < max; ++head) {
-      const place p = consumer_place(head);
-      if (!takable(p)) break;
+      const place p = at(head);
+      if (!takable(p, head)) break;
       T v{std::move(*p.element)};  // the one move; a throw leaves the element in place
       release(p, head);
       if (!f(std::move(v))) {
@@ -334,7 +334,7 @@ class spsc_ring {
     // relaxed: an advisory refusal (see close()).
     if (closed_.load(std::memory_order_relaxed)) return false;
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);  // we own tail
-    const place p = producer_place(tail);
+    const place p = at(tail);
     if constexpr (Layout == spsc_layout::slot_turns) {
       // acquire: pairs with the release store of the free turn in release(); the
       // consumer's move-out and destruction of that slot happen-before we fill it.
@@ -346,13 +346,13 @@ class spsc_ring {
     }
     ::new (static_cast<void*>(p.element)) T(std::forward<Args>(args)...);  // may throw:
     // nothing is published then.
-    // Before the turn's release store: a thread that takes the producer's part after
-    // acquiring this turn reads the spot it left.
-    if constexpr (Layout == spsc_layout::line_turns) producer_.spot = next_spot(p.turn - 1);
     // release: pairs with the acquire load of the turn in takable(); the construction
     // above (line_turns: and every earlier one in its line) happens-before the consumer
     // reads the element.
-    p.holder->turn.store(p.turn, std::memory_order_release);
+    if constexpr (Layout == spsc_layout::line_turns)
+      p.holder->turn.store(line_turn(tail), std::memory_order_release);
+    else
+      p.holder->turn.store(turn_of(tail), std::memory_order_release);
     // relaxed: our own index, read by size_approx() (an estimate) and the destructor.
     producer_.tail.store(tail + 1, std::memory_order_relaxed);
     not_empty_.notify(producer_.consumer_sleeps);  // a word on our own line
@@ -364,33 +364,27 @@ class spsc_ring {
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
     // acquire: as in emplace().
     if constexpr (Layout == spsc_layout::slot_turns)
-      return at(tail).holder->turn.load(std::memory_order_acquire) == free_turn(tail);
+      return slots_.data()[tail & mask_].turn.load(std::memory_order_acquire) == free_turn(tail);
     return tail - consumer_.head.load(std::memory_order_acquire) < capacity_;
   }
 
-  // The consumer: whether the element of its next position, at p, is there.
-  CONVEYOR_HOT_INLINE bool takable(const place& p) const noexcept {
+  // The consumer: whether the element at position head (its own, at p) is there.
+  CONVEYOR_HOT_INLINE bool takable(const place& p, std::size_t head) const noexcept {
     // acquire: pairs with the release store of the turn in emplace(); the element is
     // constructed before we see its turn.
     if constexpr (Layout == spsc_layout::line_turns)
-      return p.holder->turn.load(std::memory_order_acquire) >= p.turn;
-    return p.holder->turn.load(std::memory_order_acquire) == p.turn;
+      return p.holder->turn.load(std::memory_order_acquire) >= line_turn(head);
+    return p.holder->turn.load(std::memory_order_acquire) == turn_of(head);
   }
-  // line_turns: position pos's spot, its lap's count of lines times 64 plus its index in
-  // its line. The turn a line holds once pos's element is in it, and every earlier one of
-  // its lap, is pos's spot + 1. A line's turn only grows (within a lap, element by
+  // line_turns: the turn a line holds once position pos's element is in it, and every
+  // earlier one of its lap: its lap's count of lines, times 64, plus how many of the
+  // line's elements are there. A line's turn only grows (within a lap, element by
   // element; from lap to lap, by 64 x lines), so a turn at least pos's says pos is there:
   // the producer writes in order, and cannot reuse pos's place before the consumer has
   // taken pos (capacity <= lines x line_items). 64-bit: wraps after 2^58 positions.
-  static std::uint64_t spot_of(std::size_t pos) noexcept {
+  static std::uint64_t line_turn(std::size_t pos) noexcept {
     const std::uint64_t lap_line = pos / per_line;
-    return lap_line * 64 + (pos - lap_line * per_line);
-  }
-  // The spot of the position after the one at spot s. Each side keeps its next
-  // position's spot beside its index and steps it: no division by per_line per call.
-  static std::uint64_t next_spot(std::uint64_t s) noexcept {
-    ++s;
-    return (s & 63) == per_line ? s + (64 - per_line) : s;
+    return lap_line * 64 + (pos - lap_line * per_line) + 1;
   }
   // The turn a slot holds while it holds position pos's element. 32 bits: positions a lap
   // apart (capacity <= 2^30) never share one, and a slot's turn is rewritten every lap.
@@ -436,9 +430,6 @@ class spsc_ring {
       // The consumer's own line: notify() costs a load of a line it holds.
       not_full_.notify(consumer_.producer_sleeps);
     } else {
-      // line_turns: before head's release store, which publishes it to a thread that
-      // takes the consumer's part after acquiring head.
-      if constexpr (Layout == spsc_layout::line_turns) consumer_.spot = next_spot(p.turn - 1);
       // release: pairs with the acquire load of head in emplace() / has_room(); the
       // move-out and the destruction happen-before the producer fills the place again.
       consumer_.head.store(head + 1, std::memory_order_release);
@@ -461,7 +452,7 @@ class spsc_ring {
   // notify_if()'s fence orders it after our release of head; the producer wrote that
   // turn before it registered to sleep.
   CONVEYOR_HOT_INLINE bool full_behind(std::size_t head) const noexcept {
-    return at(head - 1).holder->turn.load(std::memory_order_relaxed) ==
+    return slots_.data()[(head - 1) & mask_].turn.load(std::memory_order_relaxed) ==
            turn_of(head - 1 + capacity_);
   }
 
@@ -491,57 +482,37 @@ class spsc_ring {
     }
   }
 
-  // Where position pos lives: the unit that holds it (a slot or a line, with the turn),
-  // its element, and the turn its unit holds once the element is there. Each call takes
-  // it once: an atomic access between two uses would have the compiler read slots_ and
-  // mask_ again.
-  using turn_type =
-      std::conditional_t<Layout == spsc_layout::line_turns, std::uint64_t, std::uint32_t>;
+  // Where position pos lives: the unit that holds it (a slot or a line, with the turn)
+  // and its element. Each call takes it once: an atomic access between two uses would
+  // have the compiler read slots_ and mask_ again.
   struct place {
     unit* holder;
     T* element;
-    turn_type turn;
   };
   CONVEYOR_HOT_INLINE place at(std::size_t pos) const noexcept {
     if constexpr (Layout == spsc_layout::line_turns) {
-      return at_spot(spot_of(pos));
+      const std::size_t lap_line = pos / per_line;
+      unit* const u = slots_.data() + (lap_line & mask_);
+      return {u, std::launder(reinterpret_cast<T*>(u->bytes[pos - lap_line * per_line]))};
     } else {
       unit* const u = slots_.data() + (pos & mask_);
-      return {u, std::launder(reinterpret_cast<T*>(u->bytes)), turn_of(pos)};
+      return {u, std::launder(reinterpret_cast<T*>(u->bytes))};
     }
   }
-  CONVEYOR_HOT_INLINE place at_spot(std::uint64_t s) const noexcept {  // line_turns
-    unit* const u = slots_.data() + ((s >> 6) & mask_);
-    return {u, std::launder(reinterpret_cast<T*>(u->bytes[s & 63])), s + 1};
-  }
-  // The places of the producer's next position (tail) and the consumer's (head):
-  // line_turns from the side's spot, the others from the index.
-  CONVEYOR_HOT_INLINE place producer_place(std::size_t tail) const noexcept {
-    if constexpr (Layout == spsc_layout::line_turns) return at_spot(producer_.spot);
-    return at(tail);
-  }
-  CONVEYOR_HOT_INLINE place consumer_place(std::size_t head) const noexcept {
-    if constexpr (Layout == spsc_layout::line_turns) return at_spot(consumer_.spot);
-    return at(head);
-  }
 
-  // The producer's line: how many elements it has pushed, its copy of the consumer's
-  // head (cached_head, line_turns) and the spot of its next position (line_turns; all
-  // three written by the producer only), and where a sleeping consumer registers
-  // (not_empty_'s waiting word, written when it sleeps). The producer reads them on every
-  // push.
+  // The producer's line: how many elements it has pushed and its copy of the consumer's
+  // head (cached_head, line_turns; both written by the producer only), and where a
+  // sleeping consumer registers (not_empty_'s waiting word, written when it sleeps). The
+  // producer reads all three on every push.
   struct alignas(cache_line_size) producer_side {
     std::atomic<std::size_t> tail{0};
     std::size_t head_cache = 0;
-    std::uint64_t spot = 0;
     std::atomic<std::uint32_t> consumer_sleeps{0};
   };
-  // The consumer's line: how many elements it has taken and the spot of its next
-  // position (line_turns; both written by the consumer only), and where a sleeping
-  // producer registers.
+  // The consumer's line: how many elements it has taken (written by the consumer only),
+  // and where a sleeping producer registers.
   struct alignas(cache_line_size) consumer_side {
     std::atomic<std::size_t> head{0};
-    std::uint64_t spot = 0;
     std::atomic<std::uint32_t> producer_sleeps{0};
   };
   struct alignas(cache_line_size) aligned_wait_point : detail::wait_point {
