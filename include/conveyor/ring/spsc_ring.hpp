@@ -364,7 +364,7 @@ class spsc_ring {
     const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
     // acquire: as in emplace().
     if constexpr (Layout == spsc_layout::slot_turns)
-      return slots_.data()[tail & mask_].turn.load(std::memory_order_acquire) == free_turn(tail);
+      return at(tail).holder->turn.load(std::memory_order_acquire) == free_turn(tail);
     return tail - consumer_.head.load(std::memory_order_acquire) < capacity_;
   }
 
@@ -452,7 +452,7 @@ class spsc_ring {
   // notify_if()'s fence orders it after our release of head; the producer wrote that
   // turn before it registered to sleep.
   CONVEYOR_HOT_INLINE bool full_behind(std::size_t head) const noexcept {
-    return slots_.data()[(head - 1) & mask_].turn.load(std::memory_order_relaxed) ==
+    return at(head - 1).holder->turn.load(std::memory_order_relaxed) ==
            turn_of(head - 1 + capacity_);
   }
 
