@@ -198,12 +198,18 @@ class spsc_ring {
   CONVEYOR_HOT_INLINE std::optional<T> pop(
       std::size_t* position = nullptr,
       wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
-    if (const place p = at(head); takable(p, head)) {
-      if (position) *position = head;
-      return take(p, head);
+    // cached_head: the wait inline too (pop_unless()); through pop_slow() its blocking
+    // consumer moved fewer elements (benchmarks/RESULTS.md, "Rings").
+    if constexpr (Layout == spsc_layout::cached_head) {
+      return pop_unless([] { return false; }, position, timing);
+    } else {
+      const std::size_t head = consumer_.head.load(std::memory_order_relaxed);  // we own head
+      if (const place p = at(head); takable(p, head)) {
+        if (position) *position = head;
+        return take(p, head);
+      }
+      return pop_slow(position, timing);
     }
-    return pop_slow(position, timing);
   }
 
   // As pop(), but gives up at the deadline: nullopt then means timed out, or closed and
@@ -311,8 +317,8 @@ class spsc_ring {
  private:
   struct place;  // where a position lives (see at())
 
-  // pop() once the ring was empty: wait for an element, out of line (as push_slow()), so
-  // that a caller's loop inlines pop()'s fast path alone.
+  // pop() once the ring was empty (line_turns, slot_turns): wait for an element, out of
+  // line (as push_slow()), so that a caller's loop inlines pop()'s fast path alone.
   [[gnu::noinline]] std::optional<T> pop_slow(std::size_t* position, wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     return pop_unless([] { return false; }, position, timing);
