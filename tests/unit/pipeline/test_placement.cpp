@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <ranges>
 #include <string_view>
 #include <thread>
@@ -485,8 +486,19 @@ TEST_CASE("load_placer: after each round the listener sees where the stages run,
   const stop_and_join join_workers{stop, workers};
   while (registered.load() < static_cast<int>(at.size())) std::this_thread::yield();
 
+  // A load is the CPU time over the items of a window of rounds, both read at slightly
+  // different moments, so it is within an item's time of 20 us per item only over many
+  // items: a thread that the machine starves for a round moves only a few (2 items read
+  // as 10 us). So the checks take a round whose window holds at least `enough` items of
+  // each single-worker stage. The listener counts them between its calls, which come
+  // after the placer's reads: round k's read is no earlier than call k-1, round k-2's
+  // no later than call k-2, so the window of round k (it spans two rounds at least)
+  // holds at least what the listener counted between calls k-2 and k-1.
+  constexpr std::uint64_t enough = 40;
   std::mutex m;
   std::vector<detail::chain_placement> seen;
+  std::vector<std::uint64_t> fewest;  // per call: the fewer items of stages 0 and 2 since the last
+  std::uint64_t counted[2] = {0, 0};
   detail::load_placer placer{registry,
                              std::chrono::milliseconds(10),
                              detail::pin_policy::always,
@@ -494,14 +506,29 @@ TEST_CASE("load_placer: after each round the listener sees where the stages run,
                              [&](const detail::chain_placement& where) {
                                const std::lock_guard lock{m};
                                seen.push_back(where);
+                               const std::uint64_t now[2] = {stages[0].items(), stages[2].items()};
+                               fewest.push_back(std::min(now[0] - counted[0], now[1] - counted[1]));
+                               counted[0] = now[0];
+                               counted[1] = now[1];
                              }};
+  // The last round whose window holds enough items (seen[k] and fewest[k]: round k + 1).
+  const auto measured = [&]() -> std::optional<std::size_t> {
+    for (std::size_t k = fewest.size(); k-- > 2;)
+      if (fewest[k - 1] >= enough) return k;
+    return std::nullopt;
+  };
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (placer.rounds() < 2 && std::chrono::steady_clock::now() < until)
+  for (;;) {
+    {
+      const std::lock_guard lock{m};
+      if (measured() || std::chrono::steady_clock::now() >= until) break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  REQUIRE(placer.rounds() >= 2);
+  }
   placer.stop();  // no round moves a thread between the last report and the checks below
   const std::lock_guard lock{m};
-  REQUIRE(seen.size() >= 2);
+  REQUIRE(measured());
+  const detail::chain_placement& loaded = seen[*measured()];
   // by_load pins every worker in every round. A stage of one worker is reported on the
   // CPU its thread is pinned to; one of two workers is not on one CPU.
   const detail::chain_placement& last = seen.back();
@@ -517,8 +544,8 @@ TEST_CASE("load_placer: after each round the listener sees where the stages run,
     REQUIRE(pthread_getaffinity_np(t, sizeof set, &set) == 0);
     CHECK(CPU_ISSET(cpus[last.cpu[stage]], &set));
     // Its load: the thread's CPU time per item, 20 us of burning and the count.
-    CHECK(last.load(stage) >= 19e3);
-    CHECK(last.load(stage) < 200e3);
+    CHECK(loaded.load(stage) >= 19e3);
+    CHECK(loaded.load(stage) < 200e3);
   }
   CHECK(last.cpu[1] == detail::chain_placement::not_pinned);
   CHECK(last.load(1) == 0.0);      // two workers: no one load
