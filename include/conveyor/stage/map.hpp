@@ -164,8 +164,8 @@ class map_node {
   void run_lanes(std::size_t w) noexcept {
     ctl_.await_gate();
     worker_probe probe{ctl_, stats_, w, tracks_[w], stage_.name().c_str(), ring_name_.c_str()};
-    auto in = in_->port(w);
-    auto out = out_->port(w);
+    auto in = in_->lane_port(w);
+    auto out = out_->lane_port(w);
     while (auto v = probe.pop(in)) {
       probe.occupancy(in);
       std::uint64_t n = v->items();

@@ -94,13 +94,20 @@ TEST_CASE("pipeline: a lanes link deals element n from pusher n % P to popper n 
     detail::ring_link<std::uint64_t> l{4, {.pushers = P, .poppers = C, .lanes = true}};
     REQUIRE(l.is_lanes());
     const std::uint64_t n = 2 * P * C;  // every lane used gets at most 2: below capacity
-    // Pushers in turn, each pushing its own elements in order.
-    for (std::uint64_t i = 0; i < n; ++i) REQUIRE(l.port(i % P).try_push(std::uint64_t{i}));
+    // Pushers in turn, each pushing its own elements in order; through port() or
+    // lane_port(), which calls the lanes without asking which ring the link has.
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const bool pushed = i % 3 != 0 ? l.port(i % P).try_push(std::uint64_t{i})
+                                     : l.lane_port(i % P).try_push(std::uint64_t{i});
+      REQUIRE(pushed);
+    }
     REQUIRE(l.size_approx() == n);
     // Poppers in turn: popper c's m-th element is c + m * C, with that position.
     for (std::uint64_t i = 0; i < n; ++i) {
       std::size_t pos = 99;
-      auto v = i % 2 ? l.port(i % C).try_pop(&pos) : l.port(i % C).pop(&pos);
+      auto v = i % 2 != 0   ? l.port(i % C).try_pop(&pos)
+               : i % 3 != 0 ? l.port(i % C).pop(&pos)
+                            : l.lane_port(i % C).pop(&pos);
       REQUIRE(v == std::optional<std::uint64_t>{i});
       REQUIRE(pos == i);
     }
@@ -136,26 +143,31 @@ TEST_CASE("pipeline: a lanes link under P pushing and C popping threads keeps ev
     std::vector<std::thread> threads;
     for (std::size_t p = 0; p < P; ++p)
       threads.emplace_back([&, p] {
-        auto port = l.port(p);
-        for (std::uint64_t i = p; i < n; i += P) {
-          if (i % 3 == 0) {
-            while (!port.try_push(std::uint64_t{i})) std::this_thread::yield();
-          } else if (!port.push(std::uint64_t{i})) {
-            refused.fetch_add(1);  // Catch's assertions are for the test's thread only
+        // Even threads through lane_port(), odd ones through port(): the same lanes.
+        const auto run = [&](auto port) {
+          for (std::uint64_t i = p; i < n; i += P) {
+            if (i % 3 == 0) {
+              while (!port.try_push(std::uint64_t{i})) std::this_thread::yield();
+            } else if (!port.push(std::uint64_t{i})) {
+              refused.fetch_add(1);  // Catch's assertions are for the test's thread only
+            }
           }
-        }
+        };
+        p % 2 ? run(l.port(p)) : run(l.lane_port(p));
         if (pushing.fetch_sub(1) == 1) l.close();
       });
     for (std::size_t c = 0; c < C; ++c)
       threads.emplace_back([&, c] {
-        auto port = l.port(c);
-        std::uint64_t expect = c;
-        std::size_t pos = 0;
-        while (auto v = port.pop(&pos)) {
-          bad[c] += *v != expect || pos != expect;
-          expect += C;
-          ++got[c];
-        }
+        const auto run = [&](auto port) {
+          std::uint64_t expect = c;
+          std::size_t pos = 0;
+          while (auto v = port.pop(&pos)) {
+            bad[c] += *v != expect || pos != expect;
+            expect += C;
+            ++got[c];
+          }
+        };
+        c % 2 ? run(l.port(c)) : run(l.lane_port(c));
       });
     for (auto& th : threads) th.join();
     CHECK(refused.load() == 0);

@@ -35,7 +35,8 @@
 // made (p == c mod gcd(P, C): the diagonal where P == C).
 //
 // The choice is made once at construction; every call is one predictable branch (two
-// for the lanes and for a link that can grow).
+// for the lanes and for a link that can grow; none through a lane_port(), for a thread
+// that knows its link has lanes).
 //
 // Growing: an SPSC link may be given a reserve (a deeper ring beside its ring). grow(true)
 // asks its producer to move there, grow(false) to move back. The producer moves at its
@@ -102,7 +103,11 @@ inline constexpr std::size_t any_threads = ~std::size_t{0};
 template <class T>
 using hop_ring = spsc_ring<T>;
 
-template <class T>
+// Which ring a port's calls go to: whichever the link has (asked on every call), or its
+// lanes, where its user knows the link has them.
+enum class port_kind { any, lanes };
+
+template <class T, port_kind Kind = port_kind::any>
 class ring_port;
 
 template <class T>
@@ -125,6 +130,11 @@ class ring_link {
       batch_wakeups(mpmc_.emplace(capacity));
     }
   }
+
+  // Out of line: one copy for all of a pipeline's links, not one inlined per link.
+  [[gnu::noinline]] ~ring_link() = default;
+  ring_link(const ring_link&) = delete;
+  ring_link& operator=(const ring_link&) = delete;
 
   // A pipeline's rings let their sleepers accept a wake-up put off for half a ring.
   template <class Ring>
@@ -165,6 +175,9 @@ class ring_link {
   // End i of the side that has several threads, for that thread alone (with lanes; on
   // other links every port is the link itself). The plain calls below are port 0's.
   ring_port<T> port(std::size_t i) noexcept { return ring_port<T>(this, i); }
+  // As port(i), for a thread that knows the link has lanes (is_lanes()): its calls go to
+  // its lane without asking which ring the link has.
+  ring_port<T, port_kind::lanes> lane_port(std::size_t i) noexcept { return {this, i}; }
 
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
@@ -263,7 +276,8 @@ class ring_link {
   }
 
  private:
-  friend class ring_port<T>;
+  template <class, port_kind>
+  friend class ring_port;
 
   // The calls of end `end` (a port): with lanes, that end's lane; else the one ring.
   CONVEYOR_HOT_INLINE bool try_push_at(std::size_t end,
@@ -280,8 +294,10 @@ class ring_link {
     if (mpmc_) return mpmc_->try_emplace(std::forward<Args>(args)...);
     return lanes_->try_emplace(end, std::forward<Args>(args)...);
   }
-  CONVEYOR_HOT_INLINE bool push_at(std::size_t end, T&& v, wait_timing* timing) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  // The blocking calls come after a try found the ring full or empty: left to the
+  // compiler (a stage inlines them in each of its waits otherwise).
+  bool push_at(std::size_t end, T&& v,
+               wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
     if (grow_) return grow_->push(std::move(v), timing);
     if (spsc_) return spsc_->push(std::move(v), timing);
     if (mpmc_) return mpmc_->push(std::move(v), timing);
@@ -294,9 +310,8 @@ class ring_link {
     if (mpmc_) return mpmc_->try_pop(position);
     return lanes_->try_pop(end, position);
   }
-  CONVEYOR_HOT_INLINE std::optional<T> pop_at(
-      std::size_t end, std::size_t* position,
-      wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
+  std::optional<T> pop_at(std::size_t end, std::size_t* position,
+                          wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
     if (grow_) return grow_->pop(position, timing);
     if (spsc_) return spsc_->pop(position, timing);
     if (mpmc_) return mpmc_->pop(position, timing);
@@ -599,32 +614,39 @@ class ring_link {
 
 // One thread's end of a ring_link: with lanes, the pusher or popper `index` of its side;
 // on any other link, the link itself. Has the calls a stage makes on its rings, so a
-// stage's worker can hand it to its probe in place of the link.
-template <class T>
+// stage's worker can hand it to its probe in place of the link. A lane_port() calls its
+// lane directly: a stage loop that knows its link has lanes inlines their code alone.
+template <class T, port_kind Kind>
 class ring_port {
  public:
   using value_type = T;
 
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
+    if constexpr (Kind == port_kind::lanes) return l_->lanes_->try_push(i_, std::move(v));
     return l_->try_push_at(i_, std::move(v));
   }
   template <class... Args>
     requires std::is_nothrow_constructible_v<T, Args&&...>
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
+    if constexpr (Kind == port_kind::lanes)
+      return l_->lanes_->try_emplace(i_, std::forward<Args>(args)...);
     return l_->try_emplace_at(i_, std::forward<Args>(args)...);
   }
   CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
+    if constexpr (Kind == port_kind::lanes) return l_->lanes_->push(i_, std::move(v), timing);
     return l_->push_at(i_, std::move(v), timing);
   }
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
+    if constexpr (Kind == port_kind::lanes) return l_->lanes_->try_pop(i_, position);
     return l_->try_pop_at(i_, position);
   }
   CONVEYOR_HOT_INLINE std::optional<T> pop(
       std::size_t* position = nullptr,
       wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    if constexpr (Kind == port_kind::lanes) return l_->lanes_->pop(i_, position, timing);
     return l_->pop_at(i_, position, timing);
   }
   std::size_t size_approx() const noexcept { return l_->size_approx(); }
