@@ -14,6 +14,14 @@
 #include "json_writer.hpp"
 
 namespace conveyor::metrics {
+
+report::report() = default;
+report::report(const report&) = default;
+report::report(report&&) noexcept = default;
+report& report::operator=(const report&) = default;
+report& report::operator=(report&&) noexcept = default;
+report::~report() = default;
+
 namespace {
 
 std::string fmt(const char* f, double a) {

@@ -229,6 +229,14 @@ struct report {
   // empty for a run shorter than one period or a report built by hand.
   std::vector<verdict_period> timeline;
 
+  // Defined in the library: a program that runs a pipeline does not compile them again.
+  report();
+  report(const report&);
+  report(report&&) noexcept;
+  report& operator=(const report&);
+  report& operator=(report&&) noexcept;
+  ~report();
+
   // Items produced but neither completed, failed, cancelled nor expired (non-zero mid-run
   // only).
   std::uint64_t in_flight() const noexcept {
