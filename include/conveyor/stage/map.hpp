@@ -137,6 +137,9 @@ class map_node {
     // and spinning on a core the preempted worker needs.
     // On lanes (see detail/link.hpp: the pipeline chose them for both of this stage's
     // rings) each worker has its own lane in and out, and the order keeps itself.
+    CONVEYOR_EXPECTS(!lanes_ || out_->is_lanes(),
+                     "conveyor internal error: a map on lanes needs lanes behind it too; "
+                     "please report it");
     if (stage_.is_ordered() && stage_.workers() > 1 && !lanes_) {
       const std::size_t least = next_power_of_two(4 * stage_.workers() + 60);
       const std::size_t window = in_->capacity() > least ? in_->capacity() : least;
