@@ -623,31 +623,40 @@ class ring_port {
 
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_push(T&& v) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if constexpr (Kind == port_kind::lanes) return l_->lanes_->try_push(i_, std::move(v));
-    return l_->try_push_at(i_, std::move(v));
+    if constexpr (Kind == port_kind::lanes)
+      return l_->lanes_->try_push(i_, std::move(v));
+    else
+      return l_->try_push_at(i_, std::move(v));
   }
   template <class... Args>
     requires std::is_nothrow_constructible_v<T, Args&&...>
   [[nodiscard]] CONVEYOR_HOT_INLINE bool try_emplace(Args&&... args) noexcept {
     if constexpr (Kind == port_kind::lanes)
       return l_->lanes_->try_emplace(i_, std::forward<Args>(args)...);
-    return l_->try_emplace_at(i_, std::forward<Args>(args)...);
+    else
+      return l_->try_emplace_at(i_, std::forward<Args>(args)...);
   }
   CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if constexpr (Kind == port_kind::lanes) return l_->lanes_->push(i_, std::move(v), timing);
-    return l_->push_at(i_, std::move(v), timing);
+    if constexpr (Kind == port_kind::lanes)
+      return l_->lanes_->push(i_, std::move(v), timing);
+    else
+      return l_->push_at(i_, std::move(v), timing);
   }
   CONVEYOR_HOT_INLINE std::optional<T> try_pop(std::size_t* position = nullptr) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if constexpr (Kind == port_kind::lanes) return l_->lanes_->try_pop(i_, position);
-    return l_->try_pop_at(i_, position);
+    if constexpr (Kind == port_kind::lanes)
+      return l_->lanes_->try_pop(i_, position);
+    else
+      return l_->try_pop_at(i_, position);
   }
   CONVEYOR_HOT_INLINE std::optional<T> pop(
       std::size_t* position = nullptr,
       wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    if constexpr (Kind == port_kind::lanes) return l_->lanes_->pop(i_, position, timing);
-    return l_->pop_at(i_, position, timing);
+    if constexpr (Kind == port_kind::lanes)
+      return l_->lanes_->pop(i_, position, timing);
+    else
+      return l_->pop_at(i_, position, timing);
   }
   std::size_t size_approx() const noexcept { return l_->size_approx(); }
 
