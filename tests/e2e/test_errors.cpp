@@ -73,17 +73,19 @@ struct plan {
   bool full = false;
   std::uint64_t trigger = 0;    // the thrower's call (0-based, across its workers) that throws
   std::uint64_t saturated = 0;  // `fed` once every ring upstream of the thrower is full
+  bool by_item = false;         // count items, not calls: item `trigger` throws (configure())
   std::atomic<std::uint64_t> fed{0};    // source calls, or submit() calls in service mode
   std::atomic<std::uint64_t> calls{0};  // calls of the thrower
   std::atomic<bool> thrown{false};
   std::atomic<std::uint64_t> failed_item{none};
 
   // Called by the stage under test with the sequence number of what it holds (for a
-  // batch: its first item). Calls before `trigger` pass; call `trigger` throws (when
-  // full, only once the pipeline is saturated); later calls, when full, wait for the
-  // throw so that each worker holds one item and nothing else moves.
+  // batch: its first item). Calls (or items, by_item) before `trigger` pass; call
+  // `trigger` throws (when full, only once the pipeline is saturated); later calls, when
+  // full, wait for the throw so that each worker holds one item and nothing else moves.
   void at_call(std::uint64_t seq) {
-    const std::uint64_t k = calls.fetch_add(1);
+    const std::uint64_t call = calls.fetch_add(1);
+    const std::uint64_t k = by_item ? seq : call;
     if (k < trigger) return;
     if (k > trigger) {
       gate();
@@ -134,6 +136,17 @@ void configure(plan& pl) {
       // the source blocked in push.
       pl.trigger = C + 1;
       pl.saturated = (pl.trigger + w) + C + 1;
+      if (pl.ordered && w > 1) {
+        // On lanes (one thread on either side): worker j takes items j, j + w, ... from
+        // its own lane and pushes them to its own lane, the sink takes them in order.
+        // Counted in calls, one worker could fill its output lane and block in push
+        // while the worker with the item the sink waits for is slow to start: it never
+        // calls again, and "each worker holds one" never comes. Counted in items, items
+        // 0..trigger-1 pass (at most ceil(trigger / w) <= C per lane), each worker holds
+        // one of trigger..trigger+w-1, and upstream each of the w lanes holds C.
+        pl.by_item = true;
+        pl.saturated = (pl.trigger + w) + w * C + 1;
+      }
       break;
     case where::batch_map: {  // src -> batch(B) -> per-batch -> unbatch -> sink(gated)
       // Downstream in batches: unbatch has pushed items 0..C (sink 1 + ring C) and holds
@@ -219,7 +232,7 @@ void exercise(plan& pl, ending how, Make make) {
     if (how != ending::destroy) {
       const std::uint64_t item = pl.failed_item.load();
       require_stage_error(ep, name_of(pl.at), item);
-      if (pl.workers == 1) {
+      if (pl.workers == 1 || pl.by_item) {
         // One worker sees items in source order: call k holds item k (batch k: item k*B).
         CHECK(item == pl.trigger * (pl.at == where::batch_map ? B : 1));
       }
