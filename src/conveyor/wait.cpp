@@ -167,14 +167,14 @@ void wait_point::wake() noexcept {
   futex_wake_all(epoch_);
 }
 
-bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_point* deadline,
-                           wait_timing* timing) noexcept {
+bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, pred_fn run, void* run_ctx,
+                           const wait_clock::time_point* deadline, wait_timing* timing) noexcept {
   const auto pred = [&] { return pred_fn_(ctx); };
   // Spin, then yield, then sleep: competitive spinning, tuned by what the last waits
-  // needed. A spin that succeeds at round i moves the limit toward 2i + 16. A wait
-  // that outlasts the spin but ends soon after (within short_wait: in a yield that ran
-  // nothing else, or woken about as fast as a futex round trip) says a longer spin
-  // would have paid, so the limit grows. One that ends in a yield that ran another
+  // needed. A spin that succeeds at its look i (from 0) moves the limit toward 2i + 16.
+  // A wait that outlasts the spin but ends soon after (within short_wait: in a yield
+  // that ran nothing else, or woken about as fast as a futex round trip) says a longer
+  // spin would have paid, so the limit grows. One that ends in a yield that ran another
   // thread, or sleeps long, says spinning cannot pay (the other side shares this core,
   // or is slow), so the limit decays and waiters yield or sleep sooner instead of
   // stealing the core the worker needs. Deciding on the tail, not on the
@@ -182,7 +182,8 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_p
   // through it costs a membarrier here and a futex wake at the notifier). The yields
   // stop for a while where they hand time slices to other processes (yield_policy).
   // The caller (wait(), wait_until()) has looked once: pred() was false.
-  // relaxed: spin_limit_ is a heuristic hint; a stale value costs time, never correctness.
+  // relaxed: spin_limit_ and first_look_ are heuristic hints; a stale value costs time,
+  // never correctness.
   const std::uint32_t limit = spin_limit_.load(std::memory_order_relaxed);
   // While other processes take the cores (yields_ paused) the spin is the shortest:
   // the other side is often not running at all. The learned limit is kept for after.
@@ -190,21 +191,33 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, const wait_clock::time_p
   const bool measured = judged == load_judgement::measured;
   const bool loaded = measured ? yields_.paused() : judged == load_judgement::loaded;
   const std::uint32_t spin = loaded ? std::min(limit, min_spin) : limit;
-  for (std::uint32_t i = 0; i < spin; ++i) {
-    if (pred()) {
-      if (!loaded) adapt(limit, 2 * i + 16, 2 * i + 16 > limit ? 1 : 6);
+  // Its first look at pred() comes after `first` pauses (see first_look_), then `spin`
+  // looks a pause apart. Under load it looks at once (and the learned delay is kept).
+  const std::uint32_t first = loaded ? 0 : first_look_.load(std::memory_order_relaxed);
+  const std::uint32_t rounds = first + spin;
+  for (std::uint32_t i = 0; i < rounds; ++i) {
+    if (i >= first && pred()) {
+      if (!loaded) {
+        const std::uint32_t look = i - first;
+        adapt(limit, 2 * look + 16, 2 * look + 16 > limit ? 1 : 6);
+        learn_first_look(first, look != 0             ? first_found::nothing
+                                : run && run(run_ctx) ? first_found::run
+                                                      : first_found::one);
+      }
       if (timing) timing->rounds += i + 1;
       return true;
     }
     // A timed wait looks at the clock now and then: under load a spin can be
     // preempted for far longer than it would take.
     if (deadline && i % 64 == 63 && wait_clock::now() >= *deadline) {
+      if (!loaded) learn_first_look(first, first_found::nothing);
       if (timing) timing->rounds += i + 1;
       return false;
     }
     cpu_relax();
   }
-  if (timing) timing->rounds += spin;
+  if (timing) timing->rounds += rounds;
+  if (!loaded) learn_first_look(first, first_found::nothing);
   const wait_clock::time_point spun = wait_clock::now();
   // The slow path's end, for a measuring caller: the clock reading it took last.
   const auto slow_ended = [&](wait_clock::time_point end) noexcept {
@@ -313,6 +326,13 @@ wait_clock::time_point wait_point::learn_from_sleep(std::uint32_t limit,
   else
     adapt(limit, 0, 2);
   return now;
+}
+
+void wait_point::learn_first_look(std::uint32_t first, first_found found) noexcept {
+  const std::uint32_t next = found == first_found::run   ? std::min(2 * first + 1, max_first_look)
+                             : found == first_found::one ? first
+                                                         : first / 2;
+  if (next != first) first_look_.store(next, std::memory_order_relaxed);
 }
 
 void wait_point::adapt(std::uint32_t limit, std::uint32_t target, int shift) noexcept {

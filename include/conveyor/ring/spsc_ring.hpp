@@ -243,7 +243,9 @@ class spsc_ring {
         if (takable(p, head)) break;
         return std::nullopt;
       }
-      not_empty_.wait([&] { return takable(p, head) || closed() || give_up(); }, timing);
+      // run: the element after it is there too (the producer streams; see wait_point).
+      not_empty_.wait([&] { return takable(p, head) || closed() || give_up(); },
+                      [&] { return takable(at(head + 1), head + 1); }, timing);
     }
     if (position) *position = head;
     return take(p, head);  // the one move: into the value returned
@@ -329,7 +331,9 @@ class spsc_ring {
       std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
       if (closed()) return false;
-      not_full_.wait([this] { return has_room() || closed(); }, timing);
+      // run: room for a second element too (the consumer streams; see wait_point).
+      not_full_.wait([this] { return has_room() || closed(); }, [this] { return has_room(2); },
+                     timing);
       // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
       if (emplace(std::move(v))) return true;
     }
@@ -365,13 +369,14 @@ class spsc_ring {
     return true;
   }
 
-  // The producer: room for one more (for a blocked push's wait).
-  bool has_room() const noexcept {
-    const std::size_t tail = producer_.tail.load(std::memory_order_relaxed);
-    // acquire: as in emplace().
+  // The producer: room for n more (for a blocked push's wait; n <= capacity).
+  bool has_room(std::size_t n = 1) const noexcept {
+    const std::size_t last = producer_.tail.load(std::memory_order_relaxed) + n - 1;
+    // acquire: as in emplace(). slot_turns: the consumer frees slots in order, so the
+    // last one free means the ones before it are too.
     if constexpr (Layout == spsc_layout::slot_turns)
-      return at(tail).holder->turn.load(std::memory_order_acquire) == free_turn(tail);
-    return tail - consumer_.head.load(std::memory_order_acquire) < capacity_;
+      return at(last).holder->turn.load(std::memory_order_acquire) == free_turn(last);
+    return last - consumer_.head.load(std::memory_order_acquire) < capacity_;
   }
 
   // The consumer: whether the element at position head (its own, at p) is there.

@@ -254,6 +254,58 @@ TEST_CASE("wait_point: a measured wait counts its spin rounds and reports its sl
   CHECK(slow_path);
 }
 
+// Behind a partner that streams, a spin looks later: each wait whose first look finds a
+// run (more than the step waited for) doubles the delay before the next spins' first
+// look; one that finds that step alone keeps it; one whose first look finds nothing (a
+// partner that answers later, or a spin that runs out) halves it. Judged unloaded, so
+// that the spin learns whatever the machine does; the looks are counted, not timed.
+TEST_CASE("wait_point: a spin looks later behind a partner that streams, sooner otherwise") {
+  using conveyor::detail::wait_point;
+  t::judged_load unloaded{conveyor::detail::load_judgement::unloaded};
+  wait_point wp;
+  REQUIRE(wp.first_look() == 0);
+  const auto run = [] { return true; };
+  const auto one = [] { return false; };
+  // A waiter without run() never delays.
+  int looks = 0;
+  wp.wait([&] { return ++looks == 2; });  // the inline look, then the spin's first
+  CHECK(wp.first_look() == 0);
+  std::uint32_t first = 0;
+  for (int k = 0; k < 10; ++k) {
+    looks = 0;
+    conveyor::detail::wait_timing t;
+    wp.wait([&] { return ++looks == 2; }, run, &t);
+    CAPTURE(k, first);
+    CHECK(looks == 2);
+    CHECK(t.rounds == first + 1);  // that look came after `first` pauses
+    first = std::min(2 * first + 1, wait_point::max_first_look);
+    CHECK(wp.first_look() == first);
+  }
+  REQUIRE(first == wait_point::max_first_look);
+  // The step waited for and no more (a ping-pong): kept.
+  looks = 0;
+  wp.wait([&] { return ++looks == 2; }, one);
+  CHECK(wp.first_look() == first);
+  // Over at the spin's second look: the delay found nothing.
+  looks = 0;
+  conveyor::detail::wait_timing t;
+  wp.wait([&] { return ++looks == 3; }, run, &t);
+  CHECK(t.rounds == first + 2);
+  first /= 2;
+  CHECK(wp.first_look() == first);
+  // A spin that runs out (the deadline passes): halved again.
+  REQUIRE_FALSE(wp.wait_until([] { return false; },
+                              std::chrono::steady_clock::now() + std::chrono::milliseconds(1)));
+  first /= 2;
+  CHECK(wp.first_look() == first);
+  // Partners that answer later bring it back to 0.
+  for (int k = 0; k < 10; ++k) {
+    looks = 0;
+    wp.wait([&] { return ++looks == 3; }, run);
+  }
+  CHECK(wp.first_look() == 0);
+}
+
 // The wait points' yields stop while they hand whole time slices to another process, and
 // come back when that stops. Fed synthetic yields: what a yield took, and how much CPU
 // time the process got meanwhile (negative: not watched).

@@ -17,6 +17,10 @@
 // Where membarrier is missing the notifier falls back to a seq_cst read-modify-write of
 // waiting_ (a full barrier, valid in the C++ memory model without any fence).
 //
+// A spin looks at its condition at once, or, behind a partner that streams, after a
+// learned delay: then it finds a run of elements (or of room) instead of taking each as
+// it comes (first_look_).
+//
 // Under load from other processes (yield_policy: yields that hand whole time slices
 // away), waiters spin the least and sleep in batches: the sleeper on a pipeline's ring
 // lets a notifier inside a wake_batching scope (a stage thread) put its wake-up off
@@ -195,7 +199,16 @@ class wait_point {
   template <class Pred>
   void wait(Pred&& pred, wait_timing* timing = nullptr) noexcept {
     if (pred()) return;
-    wait_slow(&call<std::remove_reference_t<Pred>>, erase(pred), nullptr, timing);
+    wait_slow(&call<std::remove_reference_t<Pred>>, erase(pred), nullptr, nullptr, nullptr, timing);
+  }
+  // As wait(), for a waiter that can tell whether more than the one step it waits for
+  // is ready (run(): a second element, room for a second; it reads what pred() reads).
+  // A spin whose first look finds a run makes the next spins look later (first_look_).
+  template <class Pred, class Run>
+  void wait(Pred&& pred, Run&& run, wait_timing* timing = nullptr) noexcept {
+    if (pred()) return;
+    wait_slow(&call<std::remove_reference_t<Pred>>, erase(pred),
+              &call<std::remove_reference_t<Run>>, erase(run), nullptr, timing);
   }
 
   // As wait(), but gives up at the deadline. Returns pred()'s last value.
@@ -203,7 +216,8 @@ class wait_point {
   bool wait_until(Pred&& pred, wait_clock::time_point deadline,
                   wait_timing* timing = nullptr) noexcept {
     if (pred()) return true;
-    return wait_slow(&call<std::remove_reference_t<Pred>>, erase(pred), &deadline, timing);
+    return wait_slow(&call<std::remove_reference_t<Pred>>, erase(pred), nullptr, nullptr, &deadline,
+                     timing);
   }
 
   // Call after publishing the state change that may satisfy a waiter's pred. Wakes every
@@ -268,21 +282,27 @@ class wait_point {
   // adds to an item's latency, where a time slice lost to another process is 3-5 ms.
   static constexpr auto backstop = std::chrono::milliseconds(1);
 
-  // For tests: the policy that tells load, how many wake-ups there were, who sleeps.
+  // The latest a spin looks at its condition first, in pauses (~10 us; see first_look_).
+  static constexpr std::uint32_t max_first_look = 255;
+
+  // For tests: the policy that tells load, how many wake-ups there were, who sleeps,
+  // when the next spin looks first.
   yield_policy& yields() noexcept { return yields_; }
   std::uint32_t wakes() const noexcept { return epoch_.load(std::memory_order_relaxed); }
   std::uint32_t sleepers() const noexcept {
     return waiting_.load(std::memory_order_relaxed) & ~symmetric_flag;
   }
+  std::uint32_t first_look() const noexcept { return first_look_.load(std::memory_order_relaxed); }
 
   // A put-off wake-up's time has come (deferred_wakes::flush).
   void wake() noexcept;
 
  private:
-  // The slow path of wait() and wait_until(): pred(ctx) is the waiter's condition.
+  // The slow path of wait() and wait_until(): pred(ctx) is the waiter's condition,
+  // run(run_ctx), where given, whether a run is ready once it holds.
   using pred_fn = bool (*)(void*) noexcept;
-  bool wait_slow(pred_fn pred, void* ctx, const wait_clock::time_point* deadline,
-                 wait_timing* timing) noexcept;
+  bool wait_slow(pred_fn pred, void* ctx, pred_fn run, void* run_ctx,
+                 const wait_clock::time_point* deadline, wait_timing* timing) noexcept;
   template <class Pred>
   static bool call(void* pred) noexcept {
     return (*static_cast<Pred*>(pred))();
@@ -319,6 +339,10 @@ class wait_point {
   // about the cost of the sleep path it avoids (1024 pauses: ~40 us on a 39 ns pause),
   // the competitive bound: a wait never burns more than twice what sleeping would cost.
   void adapt(std::uint32_t limit, std::uint32_t target, int shift) noexcept;
+  // What a spin's first look found: a run ready, the one step waited for, nothing.
+  enum class first_found { run, one, nothing };
+  // The first look of the next spins: later after a run, sooner after nothing.
+  void learn_first_look(std::uint32_t first, first_found found) noexcept;
 
   // What notifiers read: written by waiters only when they register to sleep.
   std::atomic<std::uint32_t> own_waiting_{0};
@@ -332,6 +356,17 @@ class wait_point {
   // adapts its spin does not take the line above from a notifier that reads it.
   alignas(cache_line_size) std::atomic<std::uint32_t> epoch_{0};
   std::atomic<std::uint32_t> spin_limit_{256};
+  // How many pauses a spin lets pass before its first look at pred(). A waiter right
+  // behind a partner that streams takes each element (or slot) as it comes, and the
+  // two cores pass the line they share back and forth for each one, which slows both
+  // (see benchmarks/RESULTS.md, "Rings"). Looking later, it finds a run and takes it in
+  // one go. So a first look that finds a run (wait(pred, run)) doubles the next spins'
+  // delay (2f + 1, up to max_first_look); one that finds the one step waited for keeps
+  // it; one that finds nothing (the partner is slow), or a wait that ends later, halves
+  // it. A ping-pong partner never leaves a run, and a waiter without run() never
+  // delays: those look at once. The delay comes before the spin's spin_limit_ looks and
+  // is learned apart from them; under load (yield_policy) a spin looks at once.
+  std::atomic<std::uint32_t> first_look_{0};
   yield_policy yields_;
 };
 
