@@ -191,33 +191,35 @@ bool wait_point::wait_slow(pred_fn pred_fn_, void* ctx, pred_fn run, void* run_c
   const bool measured = judged == load_judgement::measured;
   const bool loaded = measured ? yields_.paused() : judged == load_judgement::loaded;
   const std::uint32_t spin = loaded ? std::min(limit, min_spin) : limit;
-  // Its first look at pred() comes after `first` pauses (see first_look_), then `spin`
-  // looks a pause apart. Under load it looks at once (and the learned delay is kept).
+  // Its first look at pred() comes after `first` pauses (see first_look_; a timed wait
+  // looks at the clock only after them), then `spin` looks a pause apart. Under load it
+  // looks at once (and the learned delay is kept). The delay is learned only where it
+  // may change: a spin that looked at once and found the wait over later leaves it at 0.
   const std::uint32_t first = loaded ? 0 : first_look_.load(std::memory_order_relaxed);
-  const std::uint32_t rounds = first + spin;
-  for (std::uint32_t i = 0; i < rounds; ++i) {
-    if (i >= first && pred()) {
+  for (std::uint32_t i = 0; i < first; ++i) cpu_relax();
+  for (std::uint32_t i = 0; i < spin; ++i) {
+    if (pred()) {
       if (!loaded) {
-        const std::uint32_t look = i - first;
-        adapt(limit, 2 * look + 16, 2 * look + 16 > limit ? 1 : 6);
-        learn_first_look(first, look != 0             ? first_found::nothing
-                                : run && run(run_ctx) ? first_found::run
-                                                      : first_found::one);
+        adapt(limit, 2 * i + 16, 2 * i + 16 > limit ? 1 : 6);
+        if (i == 0)
+          learn_first_look(first, run && run(run_ctx) ? first_found::run : first_found::one);
+        else if (first != 0)
+          learn_first_look(first, first_found::nothing);
       }
-      if (timing) timing->rounds += i + 1;
+      if (timing) timing->rounds += first + i + 1;
       return true;
     }
     // A timed wait looks at the clock now and then: under load a spin can be
     // preempted for far longer than it would take.
     if (deadline && i % 64 == 63 && wait_clock::now() >= *deadline) {
-      if (!loaded) learn_first_look(first, first_found::nothing);
-      if (timing) timing->rounds += i + 1;
+      if (!loaded && first != 0) learn_first_look(first, first_found::nothing);
+      if (timing) timing->rounds += first + i + 1;
       return false;
     }
     cpu_relax();
   }
-  if (timing) timing->rounds += rounds;
-  if (!loaded) learn_first_look(first, first_found::nothing);
+  if (timing) timing->rounds += first + spin;
+  if (!loaded && first != 0) learn_first_look(first, first_found::nothing);
   const wait_clock::time_point spun = wait_clock::now();
   // The slow path's end, for a measuring caller: the clock reading it took last.
   const auto slow_ended = [&](wait_clock::time_point end) noexcept {
