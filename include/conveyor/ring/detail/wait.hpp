@@ -363,9 +363,11 @@ class wait_point {
   // one go. So a first look that finds a run (wait(pred, run)) doubles the next spins'
   // delay (2f + 1, up to max_first_look); one that finds the one step waited for keeps
   // it; one that finds nothing (the partner is slow), or a wait that ends later, halves
-  // it. A ping-pong partner never leaves a run, and a waiter without run() never
-  // delays: those look at once. The delay comes before the spin's spin_limit_ looks and
-  // is learned apart from them; under load (yield_policy) a spin looks at once.
+  // it. A ping-pong partner never leaves a run, and a wait without run() never makes
+  // the delay grow (it does wait out a delay other waits here learned): a wait point
+  // none of whose waits pass run() (mpmc_ring's, the reorder buffer's) looks at once.
+  // The delay comes before the spin's spin_limit_ looks and is learned apart from them;
+  // under load (yield_policy) a spin looks at once.
   std::atomic<std::uint32_t> first_look_{0};
   yield_policy yields_;
 };
