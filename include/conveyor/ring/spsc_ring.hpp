@@ -21,8 +21,8 @@
 //   elements as fit (seven of 8 bytes). The producer fills a line in order and stores its
 //   turn after each element; the consumer reads the turn of the line it takes from. One
 //   line carries several elements across, with one turn word between them.
-// - cached_head, the default for larger elements: each slot holds an element and the
-//   32-bit position it was written for (plus 1); the consumer looks at that slot alone.
+// - cached_head, the default for larger elements: each slot holds an element followed by
+//   the 32-bit position it was written for (plus 1); the consumer looks at that slot alone.
 // - slot_turns: as cached_head, and the producer, too, looks at the slot it is about to
 //   fill instead of the consumer's index (the consumer hands each slot back by writing
 //   its next turn), so the only lines that travel are the slots'.
@@ -467,10 +467,15 @@ class spsc_ring {
            turn_of(head - 1 + capacity_);
   }
 
+  // The turn follows the element. A slot that spans two cache lines is then written in
+  // address order, the turn last, into the last line the element touches: the producer
+  // never goes back to a line it has left. A consumer that looks at the turn right behind
+  // the producer (a try_pop loop) would take that line from it in between, once more per
+  // element (benchmarks/RESULTS.md, "Rings": 64-byte elements on epyc-zen5).
   struct slot {
     explicit slot(std::uint32_t t) noexcept : turn(t) {}
-    std::atomic<std::uint32_t> turn;
     alignas(T) unsigned char bytes[sizeof(T)];  // the element, while it holds one
+    std::atomic<std::uint32_t> turn;
   };
   // line_turns: a cache line of elements (positions lap_line x per_line onwards) behind
   // one turn word.
