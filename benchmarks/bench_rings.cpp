@@ -9,8 +9,9 @@
 //                                    items per iteration, the consumer checks FIFO order
 //   rtt/Q/{try,block}                ping-pong through two rings (core 0 <-> core 1), 1<<14
 //                                    round trips per iteration; ns_per_rtt is the latency
-//   mpmc2x2/Q/{try,block}            2 producers and 2 consumers on 2 cores, capacity 1024,
-//                                    1<<20 items per iteration, the consumers check the sum
+//   mpmc2x2/Q/{try,block}[/64B]      2 producers and 2 consumers on 2 cores, capacity 1024,
+//                                    1<<20 items per iteration, the consumers check the sum;
+//                                    64B: 64-byte elements (8 bytes otherwise)
 //   idle/Q                           a consumer blocked in pop() on an empty ring for 1 s:
 //                                    its own thread CPU time, as cpu_us_per_s
 // "conveyor" is spsc_ring's default layout (line_turns for 8-byte items, cached_head for
@@ -82,6 +83,9 @@ inline void fill(item64& v, item i) {
 }
 inline bool is(const item& v, item i) { return v == i; }
 inline bool is(const item64& v, item i) { return v.w[0] == i && v.w[7] == i + 7; }
+// The sequence number an element carries, for sums; a torn item64 reads as ~0.
+inline item value_of(const item& v) { return v; }
+inline item value_of(const item64& v) { return v.w[7] == v.w[0] + 7 ? v.w[0] : ~item{0}; }
 
 // Work on one side of a ring, per item: a chain of dependent multiply-adds (~5 ns here),
 // which makes that side the slower one. The other side then catches up with it: the ring
@@ -182,25 +186,27 @@ using conveyor_spsc = conveyor_spsc_of<>;
 // The layout a pipeline's links use (stage/detail/link.hpp).
 using conveyor_spsc_turns = conveyor_spsc_of<item, conveyor::spsc_layout::slot_turns>;
 
-struct conveyor_mpmc {
+template <class E = item>
+struct conveyor_mpmc_of {
   static constexpr bool has_block = true;
-  using value_type = item;
+  using value_type = E;
   using producer = no_state;
   using consumer = no_state;
-  explicit conveyor_mpmc(std::size_t cap) : q(cap) {}
+  explicit conveyor_mpmc_of(std::size_t cap) : q(cap) {}
   producer make_producer() { return {}; }
   consumer make_consumer() { return {}; }
-  bool try_push(producer&, item v) { return q.try_push(v); }
-  bool try_pop(consumer&, item& v) {
+  bool try_push(producer&, const E& v) { return q.try_push(v); }
+  bool try_pop(consumer&, E& v) {
     auto o = q.try_pop();
     if (!o) return false;
     v = *o;
     return true;
   }
-  void push(producer&, item v) { q.push(v); }
-  void pop(consumer&, item& v) { v = *q.pop(); }
-  conveyor::mpmc_ring<item> q;
+  void push(producer&, const E& v) { q.push(v); }
+  void pop(consumer&, E& v) { v = *q.pop(); }
+  conveyor::mpmc_ring<E> q;
 };
+using conveyor_mpmc = conveyor_mpmc_of<>;
 
 // Bounded ring under one std::mutex, with a condition variable per direction.
 class mutex_queue {
@@ -283,18 +289,18 @@ struct boost_spsc {
 };
 
 // boost::lockfree::queue, fixed-size node pool: push fails instead of allocating.
-template <std::size_t Cap>
+template <std::size_t Cap, class E = item>
 struct boost_mpmc {
   static constexpr bool has_block = false;
-  using value_type = item;
+  using value_type = E;
   using producer = no_state;
   using consumer = no_state;
   explicit boost_mpmc(std::size_t) {}
   producer make_producer() { return {}; }
   consumer make_consumer() { return {}; }
-  bool try_push(producer&, item v) { return q.bounded_push(v); }
-  bool try_pop(consumer&, item& v) { return q.pop(v); }
-  boost::lockfree::queue<item, boost::lockfree::capacity<Cap>> q;
+  bool try_push(producer&, const E& v) { return q.bounded_push(v); }
+  bool try_pop(consumer&, E& v) { return q.pop(v); }
+  boost::lockfree::queue<E, boost::lockfree::capacity<Cap>> q;
 };
 
 // moodycamel SPSC: ReaderWriterQueue (try) / BlockingReaderWriterQueue (wait_dequeue).
@@ -528,11 +534,15 @@ void mpmc_2x2(benchmark::State& state) {
     item sums[2] = {0, 0};
     auto produce = [&](int k) {
       const item first = static_cast<item>(k) * half;
-      for (item i = first; i < first + half; ++i) put<P>(*q, producers[k], i);
+      typename Q::value_type v{};
+      for (item i = first; i < first + half; ++i) {
+        fill(v, i);
+        put<P>(*q, producers[k], v);
+      }
     };
     auto consume = [&](int k) {
       item local = 0;
-      for (item i = 0; i < half; ++i) local += take<P>(*q, consumers[k]);  // half each
+      for (item i = 0; i < half; ++i) local += value_of(take<P>(*q, consumers[k]));  // half each
       sums[k] = local;
     };
     // One producer and one consumer per core: hand-offs happen within a core and across.
@@ -674,7 +684,10 @@ void add_rtt(const std::string& queue) {
 
 template <class Q, path P>
 void add_mpmc(const std::string& queue) {
-  add("mpmc2x2/" + queue + (P == path::block ? "/block" : "/try"), mpmc_2x2<P, Q>);
+  const std::string bytes = sizeof(typename Q::value_type) == sizeof(item)
+                                ? ""
+                                : "/" + std::to_string(sizeof(typename Q::value_type)) + "B";
+  add("mpmc2x2/" + queue + (P == path::block ? "/block" : "/try") + bytes, mpmc_2x2<P, Q>);
 }
 
 void register_all() {
@@ -700,6 +713,9 @@ void register_all() {
   add_mpmc<moodycamel_mpmc_blocking, path::block>("moodycamel");
   add_mpmc<mutex_queue, path::try_>("mutex");
   add_mpmc<mutex_queue, path::block>("mutex");
+  add_mpmc<conveyor_mpmc_of<item64>, path::try_>("conveyor");
+  add_mpmc<conveyor_mpmc_of<item64>, path::block>("conveyor");
+  add_mpmc<boost_mpmc<mpmc_capacity, item64>, path::try_>("boost");
 
   add("idle/conveyor-spsc", idle_consumer<conveyor_spsc>, 1);
   add("idle/conveyor-mpmc", idle_consumer<conveyor_mpmc>, 1);
