@@ -156,7 +156,8 @@ class spsc_ring {
       std::is_nothrow_move_constructible_v<T>) {
     // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
     if (emplace(std::move(v))) return true;
-    return push_slow(v, timing);
+    // NOLINTNEXTLINE(bugprone-use-after-move): as above
+    return push_slow(std::move(v), timing);
   }
 
   // ---- consumer ---------------------------------------------------------------------
@@ -326,8 +327,10 @@ class spsc_ring {
     return pop_unless([] { return false; }, position, timing);
   }
 
-  // push() once the ring was full: wait for room, out of line.
-  [[gnu::noinline]] bool push_slow(T& v, wait_timing* timing) noexcept(
+  // push() once the ring was full: wait for room, out of line. v by value: push() never
+  // takes its element's address, so a caller's loop keeps a small element in registers
+  // instead of storing it to the stack and reading it back for each push.
+  [[gnu::noinline]] bool push_slow(T v, wait_timing* timing) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
     for (;;) {
       if (closed()) return false;
