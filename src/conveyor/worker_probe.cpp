@@ -25,9 +25,17 @@ void worker_probe::busy(const char* name) noexcept {
   if (track_ != nullptr) track_->span(name, p);
 }
 
-void worker_probe::charge_timed_wait(wait_for kind, const wait_timing& t) noexcept {
-  const metrics::phase p = kind == wait_for::input ? clock_.starved() : clock_.blocked();
-  learn_round(p.length_ns() - t.slow_ns, t.rounds);
+void worker_probe::wait_ended(wait_for kind, const wait_timing& t, bool timed) noexcept {
+  w_->add_spin_rounds(t.rounds);
+  if (timed) {
+    const metrics::phase p = kind == wait_for::input ? clock_.starved() : clock_.blocked();
+    learn_round(p.length_ns() - t.slow_ns, t.rounds);
+    return;
+  }
+  if (!on_) return;
+  (kind == wait_for::input ? pending_starved_ns_ : pending_blocked_ns_) +=
+      std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
+  if (t.end_ns != 0) (void)charge_until(t.end_ns);
 }
 
 void worker_probe::mark_work() noexcept {

@@ -561,23 +561,25 @@ class ring_link {
         if (!at_switch()) return std::nullopt;  // closed and drained, or late
       }
     }
-    // The consumer's burst (ring_link::drain), counted like its pops.
+    // The consumer's burst (ring_link::drain), counted like its pops. None there and past
+    // a switch point: a burst in the ring it leads to (the burst inlined once, the switch
+    // out of line as in past_switch()).
     template <class F>
     CONVEYOR_HOT_INLINE std::size_t drain(F& f, std::size_t max) noexcept {
-      std::size_t n = out->drain(f, max);
-      if (n == 0) [[unlikely]]
-        n = drain_past_switch(f, max);
+      std::size_t n;
+      do {
+        n = out->drain(f, max);
+      } while (n == 0 && follow_at_switch());
       // relaxed: the consumer's own count, as in counted().
       popped.store(popped.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
       return n;
     }
-    // None there: past a switch point, a burst in the ring it leads to (out of line, as
-    // past_switch()).
-    template <class F>
-    [[gnu::noinline]] std::size_t drain_past_switch(F& f, std::size_t max) noexcept {
-      if (!at_switch()) return 0;
+    // The consumer: follows the producer into the other ring where it has taken every
+    // element before the switch point; whether it did.
+    [[gnu::noinline]] bool follow_at_switch() noexcept {
+      if (!at_switch()) return false;
       follow();
-      return out->drain(f, max);
+      return true;
     }
     // One more element taken; position: how many were taken before it.
     CONVEYOR_HOT_INLINE void counted(std::size_t* position) noexcept {

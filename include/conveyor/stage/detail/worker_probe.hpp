@@ -123,22 +123,14 @@ class worker_probe {
   // a round current (a pause and a re-check of the ring, whose cache misses depend on
   // the other side), and with a trace track every wait, to draw its span.
   enum class wait_for : bool { input, room };
+  // The wait is inlined once; what it cost is charged out of line (wait_ended()).
   template <class Wait>
   auto wait_as(wait_for kind, Wait&& wait) -> decltype(wait(nullptr)) {
     wait_timing t;
-    if (on_ && (track_ != nullptr || waits_++ % round_sample_period == 0)) {
-      before_wait();
-      auto r = wait(&t);
-      w_->add_spin_rounds(t.rounds);
-      charge_timed_wait(kind, t);
-      return r;
-    }
+    const bool timed = on_ && (track_ != nullptr || waits_++ % round_sample_period == 0);
+    if (timed) before_wait();
     auto r = wait(&t);
-    w_->add_spin_rounds(t.rounds);
-    if (!on_) return r;
-    (kind == wait_for::input ? pending_starved_ns_ : pending_blocked_ns_) +=
-        std::int64_t{t.rounds} * round_ns_ + t.slow_ns;
-    if (t.end_ns != 0) (void)charge_until(t.end_ns);
+    wait_ended(kind, t, timed);
     return r;
   }
   // One wait in round_sample_period (and every wait of a worker with a trace track) is
@@ -222,9 +214,10 @@ class worker_probe {
   const char* counter_;
   registered_worker registered_;  // known to the pipeline (its placer) while it runs
 
-  // The end of a wait timed with the clock around it (see wait_as()): charged as starved
-  // or blocked, and the cost of a spin round learned from it.
-  void charge_timed_wait(wait_for kind, const wait_timing& t) noexcept;
+  // The end of a wait (see wait_as()): its spin rounds counted; with metrics, a wait
+  // timed with the clock around it charged as starved or blocked and the cost of a spin
+  // round learned from it, any other charged from its wait_timing.
+  void wait_ended(wait_for kind, const wait_timing& t, bool timed) noexcept;
 
   // work_done()'s mark: a span with a trace track; else the lazy items' phase, whose
   // length per item sets the next mark period.
