@@ -77,7 +77,7 @@ pipeline_core::~pipeline_core() = default;
 
 void pipeline_core::add_stage(stage_info info) { infos_.push_back(std::move(info)); }
 
-void pipeline_core::add_growable(std::size_t producer, std::unique_ptr<growable_ring> ring) {
+void pipeline_core::add_growable(std::size_t producer, box<growable_ring> ring) {
   growable_.push_back({producer, std::move(ring)});
 }
 

@@ -43,13 +43,13 @@
 #include <cstdint>
 #include <future>
 #include <iosfwd>
-#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
 
+#include "conveyor/base/box.hpp"
 #include "conveyor/base/error.hpp"
 #include "conveyor/base/outcome.hpp"
 #include "conveyor/pipeline/detail/core.hpp"
@@ -94,7 +94,7 @@ class pipeline<chain<Bound...>> {
 
   // Builds every ring and stage; nothing runs yet. Bad configuration throws config_error.
   explicit pipeline(chain<Bound...> c, pipeline_options options = {})
-      : state_(std::make_unique<state>(std::move(c), options)) {}
+      : state_(detail::make_box<state>(std::move(c), options)) {}
 
   pipeline(pipeline&&) noexcept = default;
   // A started pipeline that is assigned over is first stopped and joined, as if it were
@@ -332,7 +332,7 @@ class pipeline<chain<Bound...>> {
 
   // One ring behind each stage that has output (a service's last stage included).
   template <std::size_t I>
-  using ring_t = std::unique_ptr<detail::link<out_t<I>>>;
+  using ring_t = detail::box<detail::link<out_t<I>>>;
   static constexpr std::size_t n_rings = has_sink ? n_stages - 1 : n_stages;
 
   template <class Seq>
@@ -378,7 +378,7 @@ class pipeline<chain<Bound...>> {
         return static_cast<void*>(nullptr);
     }();
     if constexpr (detail::is_input<stage_t<I>>::value) {
-      return std::unique_ptr<int>{};  // the input ring is the whole stage
+      return detail::box<int>{};  // the input ring is the whole stage
     } else {
       return detail::make_node(std::move(std::get<I>(s).stage), ctl, in, out, lat);
     }
@@ -429,7 +429,7 @@ class pipeline<chain<Bound...>> {
     static rings_t make_rings(const pipeline_options& o, const stages_t& s,
                               std::size_t input_capacity, std::index_sequence<I...>) {
       const auto lanes = plan_lanes(s, o);
-      return rings_t{std::make_unique<detail::link<out_t<I>>>(
+      return rings_t{detail::make_box<detail::link<out_t<I>>>(
           I == 0 && service ? input_capacity : o.ring_capacity, ring_ends<I>(s, lanes),
           I == 0 && service ? 0 : ring_reserve<out_t<I>>(o))...};
     }
@@ -500,7 +500,7 @@ class pipeline<chain<Bound...>> {
             if (I >= first_ring_stage && r->can_grow())
               core.add_growable(
                   I - first_ring_stage,
-                  std::make_unique<detail::growable_link<detail::envelope<out_t<I>>>>(*r));
+                  detail::make_box<detail::growable_link<detail::envelope<out_t<I>>>>(*r));
           }(),
           ...);
     }
@@ -522,7 +522,7 @@ class pipeline<chain<Bound...>> {
     nodes_t nodes;
     // A service's tickets and result node; nothing for the others.
     std::conditional_t<service, std::optional<tickets_t>, none> tickets;
-    std::conditional_t<service, std::unique_ptr<result_node_t>, none> result;
+    std::conditional_t<service, detail::box<result_node_t>, none> result;
     std::atomic<bool> input_closed{false};
   };
 
@@ -669,7 +669,7 @@ class pipeline<chain<Bound...>> {
         ...);
   }
 
-  std::unique_ptr<state> state_;
+  detail::box<state> state_;
 };
 
 template <class... Bound>

@@ -1,5 +1,5 @@
 // What stages share (stage/detail/): the latency sample, the control block's tickets,
-// the items' identities in an envelope; and base/outcome.hpp.
+// the items' identities in an envelope; and base/outcome.hpp, base/box.hpp.
 #include "conveyor/pipeline.hpp"
 
 #include <catch2/catch.hpp>
@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -239,4 +240,74 @@ TEST_CASE("outcome: a value or an error, never both") {
   REQUIRE_FALSE(bad);
   REQUIRE(bad.error() != nullptr);
   REQUIRE_THROWS_AS(bad.value(), closed_error);
+}
+
+namespace {
+// A base with a virtual destructor, for box's conversion to a base.
+struct shape {
+  virtual ~shape() = default;
+  virtual int sides() const noexcept = 0;
+};
+struct square final : shape {
+  explicit square(t::counted c) : tag(std::move(c)) {}
+  int sides() const noexcept override { return 4; }
+  t::counted tag;
+};
+}  // namespace
+
+TEST_CASE("box: one owner, moved, reset, released, converted to a base, and nothing leaks") {
+  const long live = t::counted::live.load();
+  {
+    detail::box<t::counted> empty;
+    REQUIRE_FALSE(empty);
+    REQUIRE(empty == nullptr);
+    REQUIRE(empty.get() == nullptr);
+    detail::box<t::counted> none = nullptr;
+    REQUIRE(none == nullptr);
+
+    auto a = detail::make_box<t::counted>(7);
+    REQUIRE(a);
+    REQUIRE(a != nullptr);
+    REQUIRE(a->value == 7);
+    REQUIRE((*a).value == 7);
+    REQUIRE(t::counted::live.load() == live + 1);
+
+    detail::box<t::counted> b = std::move(a);  // ownership moves; the object stays put
+    REQUIRE(a == nullptr);  // NOLINT(bugprone-use-after-move): a moved-from box is empty
+    REQUIRE(b->value == 7);
+    REQUIRE(t::counted::live.load() == live + 1);
+
+    auto c = detail::make_box<t::counted>(8);
+    b = std::move(c);  // the 7 is destroyed, the 8 kept
+    REQUIRE(b->value == 8);
+    REQUIRE(t::counted::live.load() == live + 1);
+    auto& self = b;
+    b = std::move(self);  // NOLINT(bugprone-use-after-move): self-assignment keeps it
+    REQUIRE(b->value == 8);
+    REQUIRE(t::counted::live.load() == live + 1);
+
+    b.reset(new t::counted(9));
+    REQUIRE(b->value == 9);
+    REQUIRE(t::counted::live.load() == live + 1);
+    t::counted* const raw = b.release();
+    REQUIRE(b == nullptr);
+    REQUIRE(raw->value == 9);
+    delete raw;
+    REQUIRE(t::counted::live.load() == live);
+
+    b.reset(new t::counted(10));
+    b.reset();
+    REQUIRE(b == nullptr);
+    REQUIRE(t::counted::live.load() == live);
+
+    detail::box<shape> s = detail::make_box<square>(t::counted(11));
+    REQUIRE(s->sides() == 4);
+    REQUIRE(t::counted::live.load() == live + 1);
+    s = detail::make_box<square>(t::counted(12));  // the first square goes, through ~shape
+    REQUIRE(t::counted::live.load() == live + 1);
+  }
+  REQUIRE(t::counted::live.load() == live);  // the destructor deleted the last square
+  static_assert(std::is_nothrow_move_constructible_v<detail::box<t::counted>>);
+  static_assert(!std::is_copy_constructible_v<detail::box<t::counted>>);
+  static_assert(sizeof(detail::box<t::counted>) == sizeof(void*));
 }

@@ -5,7 +5,7 @@
 //
 //   detail::pipeline_core core{options};         // checks the options (config_error)
 //   core.add_stage(node.info());                 // setup, in chain order
-//   core.add_growable(p, std::make_unique<growable_link<T>>(ring));  // ring after stage p
+//   core.add_growable(p, make_box<growable_link<T>>(ring));  // ring after stage p
 //   core.start([&](thread_group& g) { node.start(g); });  // spawn, open the gate, placer
 //   core.join();                                 // every stage thread, placer, progress
 //   conveyor::report r = core.make_report();
@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "conveyor/base/box.hpp"
 #include "conveyor/base/thread_group.hpp"
 #include "conveyor/pipeline/growth.hpp"
 #include "conveyor/pipeline/options.hpp"
@@ -62,7 +63,7 @@ class pipeline_core {
   // service's result node last), and each ring that may grow, by the chain position of
   // the stage that feeds it.
   void add_stage(stage_info info);
-  void add_growable(std::size_t producer, std::unique_ptr<growable_ring> ring);
+  void add_growable(std::size_t producer, box<growable_ring> ring);
 
   // Spawns the stage threads through spawn(threads) (they wait at the gate), then opens
   // the gate and starts the placer and the progress line. A throw from spawn() leaves the
@@ -93,7 +94,7 @@ class pipeline_core {
  private:
   struct growable_entry {
     std::size_t producer;
-    std::unique_ptr<growable_ring> ring;
+    box<growable_ring> ring;
   };
   void follow_placement(const chain_placement& where) noexcept;
   // with_timeline = false: without report::timeline (the timeline recorder's own

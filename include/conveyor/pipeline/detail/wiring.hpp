@@ -11,10 +11,10 @@
 
 #include <array>
 #include <cstddef>
-#include <memory>
 #include <type_traits>
 #include <utility>
 
+#include "conveyor/base/box.hpp"
 #include "conveyor/stage/batch.hpp"
 #include "conveyor/stage/detail/control.hpp"
 #include "conveyor/stage/detail/latency_samples.hpp"
@@ -39,30 +39,30 @@ struct is_sink<sink_stage<F>> : std::true_type {};
 template <class F>
 auto make_node(source_stage<F>&& s, control& ctl, void*,
                link<typename source_stage<F>::out_type>* out, latency_recorder*) {
-  return std::make_unique<source_node<F>>(std::move(s), ctl, out);
+  return make_box<source_node<F>>(std::move(s), ctl, out);
 }
 template <class F, class In, class Out>
 auto make_node(map_stage<F>&& s, control& ctl, link<In>* in, link<Out>* out, latency_recorder*) {
-  return std::make_unique<map_node<F, In>>(std::move(s), ctl, in, out);
+  return make_box<map_node<F, In>>(std::move(s), ctl, in, out);
 }
 template <class In, class Out>
 auto make_node(batch_stage&& s, control& ctl, link<In>* in, link<Out>* out, latency_recorder*) {
-  return std::make_unique<batch_node<In>>(std::move(s), ctl, in, out);
+  return make_box<batch_node<In>>(std::move(s), ctl, in, out);
 }
 template <class In, class Out>
 auto make_node(unbatch_stage&& s, control& ctl, link<In>* in, link<Out>* out, latency_recorder*) {
-  return std::make_unique<unbatch_node<In>>(std::move(s), ctl, in, out);
+  return make_box<unbatch_node<In>>(std::move(s), ctl, in, out);
 }
 template <class R, class IE, class OE, class SI, class C, class SO, class In, class Out>
 auto make_node(gpu_stage<R, IE, OE, SI, C, SO>&& s, control& ctl, link<In>* in, link<Out>* out,
                latency_recorder*) {
-  return std::make_unique<gpu_node<R, IE, OE, SI, C, SO, In>>(std::move(s), ctl, in, out);
+  return make_box<gpu_node<R, IE, OE, SI, C, SO, In>>(std::move(s), ctl, in, out);
 }
 template <class F, class In>
 auto make_node(sink_stage<F>&& s, control& ctl, link<In>* in, void*, latency_recorder* lat) {
   using node = decltype(make_sink_node(std::move(s), ctl, in, lat));
   // terminal_node is not movable once built: construct it in place.
-  return std::unique_ptr<node>(new node(make_sink_node(std::move(s), ctl, in, lat)));
+  return box<node>(new node(make_sink_node(std::move(s), ctl, in, lat)));
 }
 
 // How many threads of a stage push to its output ring at the same time, and pop from its

@@ -68,13 +68,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
-#include <memory>
 #include <numeric>
 #include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "conveyor/base/box.hpp"
 #include "conveyor/base/config.hpp"
 #include "conveyor/base/cpu_relax.hpp"
 #include "conveyor/base/thread_group.hpp"
@@ -122,7 +122,7 @@ class ring_link {
   // stage threads that put them off end before the link does.
   ring_link(std::size_t capacity, ring_ends ends, std::size_t reserve = 0) {
     if (ends.lanes && !ends.single()) {
-      lanes_ = std::make_unique<lane_set>(capacity, ends.pushers, ends.poppers);
+      lanes_ = make_box<lane_set>(capacity, ends.pushers, ends.poppers);
     } else if (ends.single()) {
       batch_wakeups(spsc_.emplace(capacity));
       if (reserve > capacity) grow_.emplace(reserve, &*spsc_);
@@ -334,7 +334,7 @@ class ring_link {
       for (std::size_t p = 0; p < P; ++p)
         for (std::size_t c = 0; c < C; ++c)
           if (p % g == c % g) {
-            rings[p * C + c] = std::make_unique<hop_ring<T>>(capacity);
+            rings[p * C + c] = make_box<hop_ring<T>>(capacity);
             batch_wakeups(*rings[p * C + c]);
           }
       for (std::size_t p = 0; p < P; ++p) pushed[p].lane = p % C;
@@ -411,7 +411,7 @@ class ring_link {
     }
 
     const std::size_t P, C, push_step, pop_step;
-    std::vector<std::unique_ptr<hop_ring<T>>> rings;  // lane (p, c) at p * C + c; null: unused
+    std::vector<box<hop_ring<T>>> rings;  // lane (p, c) at p * C + c; null: unused
     std::vector<end_state> pushed, popped;
   };
 
@@ -431,7 +431,7 @@ class ring_link {
       lock();
       if (!closing_) {
         try {
-          made_ = std::make_unique<hop_ring<T>>(reserve);
+          made_ = make_box<hop_ring<T>>(reserve);
           batch_wakeups(*made_);
           // release: pairs with the acquire loads of deep; the ring is constructed.
           deep.store(made_.get(), std::memory_order_release);
@@ -591,7 +591,7 @@ class ring_link {
     }
 
     const std::size_t reserve;                // the reserve's capacity
-    std::unique_ptr<hop_ring<T>> made_;       // the reserve, once made (grow()'s thread)
+    box<hop_ring<T>> made_;                   // the reserve, once made (grow()'s thread)
     std::atomic<hop_ring<T>*> deep{nullptr};  // made_, published; null until then
     hop_ring<T>* const shallow_;
     std::atomic<bool> want_deep{false};
@@ -610,7 +610,7 @@ class ring_link {
   // Exactly one is engaged, for the object's whole life.
   std::optional<hop_ring<T>> spsc_;
   std::optional<mpmc_ring<T>> mpmc_;
-  std::unique_ptr<lane_set> lanes_;
+  box<lane_set> lanes_;
   std::optional<grow_set> grow_;  // with spsc_ only
 };
 
