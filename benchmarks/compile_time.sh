@@ -4,14 +4,20 @@
 # Taskflow's (the same pipeline as a tf::DataPipeline), alternating, one compile of each
 # per round. Run it with nothing else running: compile times follow the machine's load.
 #
-#   benchmarks/compile_time.sh [rounds]          # default 8
+#   benchmarks/compile_time.sh [rounds]          # default 8; 0 with INSTRUCTIONS=1
 #   BASE=/path/to/older/conveyor   its include/ (and build/include/, if configured)
 #   TASKFLOW=/path/to/taskflow     the folder that holds taskflow/taskflow.hpp
 #   CXX=g++  CXXFLAGS="-std=c++20 -O2"
 #
+#   INSTRUCTIONS=1                 also compile each TU once under valgrind (Debian:
+#                                  valgrind) and count the instructions the compiler ran
+#
 # Prints each compile (wall s, the compiler's peak resident memory in MiB), then per TU
 # the median and the fastest of its rounds, and this tree's ratio to it (of the medians,
 # the median of the rounds' ratios, of the fastest). BASE and TASKFLOW may be left out.
+# With INSTRUCTIONS=1, then per TU the instructions its compile ran (the driver, cc1plus
+# and the assembler) and this tree's ratio to it: a count that other processes on the
+# host do not move, where the seconds drift by 10% and more from round to round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-8}
@@ -69,6 +75,7 @@ if [[ -n ${BASE:-} ]]; then
 fi
 [[ -n ${TASKFLOW:-} ]] && entries+=("taskflow|taskflow.cpp|$TASKFLOW")
 
+: >"$work/all"  # rounds may be 0 (INSTRUCTIONS=1 alone)
 for ((r = 1; r <= rounds; ++r)); do
   for e in "${entries[@]}"; do
     IFS='|' read -r name src incs <<<"$e"
@@ -97,4 +104,24 @@ for n, v in t.items():
         print(f"   this / {n}: {med['this'] / med[n]:.3f} (medians), {paired:.3f} (median of"
               f" rounds), {low['this'] / low[n]:.3f} (fastest)", end="")
     print()
+EOF
+
+[[ ${INSTRUCTIONS:-0} == 1 ]] || exit 0
+for e in "${entries[@]}"; do
+  IFS='|' read -r name src incs <<<"$e"
+  args=()
+  for i in $incs; do args+=("-I$i"); done
+  valgrind --tool=cachegrind --cache-sim=no --trace-children=yes \
+    --cachegrind-out-file=/dev/null --log-file="$work/vg.$name.%p" \
+    "$cxx" "${flags[@]}" "${args[@]}" -c "$work/$src" -o "$work/$name.o"
+  # One log per process; its "I refs" line: instructions executed.
+  cat "$work"/vg."$name".* | sed -n 's/.*I *refs: *//p' | tr -d , |
+    awk -v n="$name" '{ s += $1 } END { printf "%s %.0f\n", n, s }' >>"$work/instructions"
+done
+python3 - "$work/instructions" <<'EOF'
+import sys
+ins = dict((n, int(v)) for n, v in (line.split() for line in open(sys.argv[1])))
+for n, v in ins.items():
+    ratio = f"   this / {n}: {ins['this'] / v:.3f}" if n != "this" else ""
+    print(f"{n:8s} {v / 1e9:6.2f} G instructions{ratio}")
 EOF
