@@ -4,10 +4,10 @@
 //   node->start(threads);                   // as a unique_ptr: ->, *, get(), bool
 //   detail::box<growable_ring> any = std::move(typed);  // to a base, as unique_ptr
 //
-// std::unique_ptr with a default deleter and nothing else: no deleter object, no release()
-// or array form. libstdc++'s unique_ptr keeps its pointer in a std::tuple, so each
-// unique_ptr<X> a header names costs every includer some twenty instantiated functions
-// (tuple, its bases, get<>, the deleter); a box<X> costs the few it uses. A pipeline
+// std::unique_ptr<T> with its default deleter, and no other: no deleter type, no array
+// form. libstdc++'s unique_ptr keeps its pointer in a std::tuple, so each unique_ptr<X> a
+// header names costs every includer some twenty instantiated functions (the tuple, its
+// bases, get<>, the deleter's constraints); a box<X> costs the few it uses. A pipeline
 // names one per stage and ring, and box is what it holds them in.
 // Thread-safety: as a unique_ptr (one object, not shared).
 #pragma once
