@@ -17,7 +17,7 @@
 # the median of the rounds' ratios, of the fastest). BASE and TASKFLOW may be left out.
 # With INSTRUCTIONS=1, then per TU the instructions its compile ran (the driver, cc1plus
 # and the assembler) and this tree's ratio to it: a count that other processes on the
-# host do not move, where the seconds drift by 10% and more from round to round.
+# host do not move, where the seconds drift with their load from round to round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-8}
@@ -75,14 +75,20 @@ if [[ -n ${BASE:-} ]]; then
 fi
 [[ -n ${TASKFLOW:-} ]] && entries+=("taskflow|taskflow.cpp|$TASKFLOW")
 
+# Compiles $src with the include folders $incs into $name.o, run by the command given
+# after the three (a timer, valgrind).
+compile() {
+  local name=$1 src=$2 incs=$3 i args=()
+  shift 3
+  for i in $incs; do args+=("-I$i"); done
+  "$@" "$cxx" "${flags[@]}" "${args[@]}" -c "$work/$src" -o "$work/$name.o"
+}
+
 : >"$work/all"  # rounds may be 0 (INSTRUCTIONS=1 alone)
 for ((r = 1; r <= rounds; ++r)); do
   for e in "${entries[@]}"; do
     IFS='|' read -r name src incs <<<"$e"
-    args=()
-    for i in $incs; do args+=("-I$i"); done
-    /usr/bin/time -f "$name %e %M" -o "$work/time" \
-      "$cxx" "${flags[@]}" "${args[@]}" -c "$work/$src" -o "$work/$name.o"
+    compile "$name" "$src" "$incs" /usr/bin/time -f "$name %e %M" -o "$work/time"
     read -r _ wall kb <"$work/time"
     printf 'round %d %-8s %6.2f s %5d MiB\n' "$r" "$name" "$wall" $((kb / 1024))
     echo "$name $wall" >>"$work/all"
@@ -109,11 +115,8 @@ EOF
 [[ ${INSTRUCTIONS:-0} == 1 ]] || exit 0
 for e in "${entries[@]}"; do
   IFS='|' read -r name src incs <<<"$e"
-  args=()
-  for i in $incs; do args+=("-I$i"); done
-  valgrind --tool=cachegrind --cache-sim=no --trace-children=yes \
-    --cachegrind-out-file=/dev/null --log-file="$work/vg.$name.%p" \
-    "$cxx" "${flags[@]}" "${args[@]}" -c "$work/$src" -o "$work/$name.o"
+  compile "$name" "$src" "$incs" valgrind --tool=cachegrind --cache-sim=no --trace-children=yes \
+    --cachegrind-out-file=/dev/null --log-file="$work/vg.$name.%p"
   # One log per process; its "I refs" line: instructions executed.
   cat "$work"/vg."$name".* | sed -n 's/.*I *refs: *//p' | tr -d , |
     awk -v n="$name" '{ s += $1 } END { printf "%s %.0f\n", n, s }' >>"$work/instructions"

@@ -6,9 +6,9 @@
 //
 // std::unique_ptr<T> with its default deleter, and no other: no deleter type, no array
 // form. libstdc++'s unique_ptr keeps its pointer in a std::tuple, so each unique_ptr<X> a
-// header names costs every includer some twenty instantiated functions (the tuple, its
-// bases, get<>, the deleter's constraints); a box<X> costs the few it uses. A pipeline
-// names one per stage and ring, and box is what it holds them in.
+// header names makes every includer instantiate the tuple, its bases, get<> and the
+// deleter's constraints for X; a box<X> costs the few functions it uses. A pipeline names
+// one per stage and ring, and box is what it holds them in.
 // Thread-safety: as a unique_ptr (one object, not shared).
 #pragma once
 
