@@ -33,6 +33,8 @@ void check_noexcept_follows_element() {
   static_assert(noexcept(std::declval<Ring<int>&>().close()));
   static_assert(!noexcept(
       std::declval<Ring<throwing_move_only>&>().try_push(std::declval<throwing_move_only&&>())));
+  static_assert(!noexcept(
+      std::declval<Ring<throwing_move_only>&>().push(std::declval<throwing_move_only&&>())));
   static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().try_pop()));
   static_assert(!noexcept(std::declval<Ring<throwing_move_only>&>().pop()));
 }

@@ -99,6 +99,12 @@ class spsc_ring {
                 "spsc_ring: line_turns needs an element that fits in a cache line beside an "
                 "8-byte turn word; use cached_head (the default for larger elements)");
 
+  // Whether push() takes its element by value: push() then never takes its address, so
+  // a caller's loop keeps a small element in registers instead of storing it to the
+  // stack and reading it back for each push. A larger one is not copied twice.
+  static constexpr bool by_value =
+      std::is_trivially_copyable_v<T> && sizeof(T) <= 2 * sizeof(std::uint64_t);
+
  public:
   using value_type = T;
 
@@ -150,14 +156,34 @@ class spsc_ring {
   }
 
   // Blocks while full. Returns false, and drops v, once the ring is closed. With timing:
-  // adds what its waits cost to *timing.
+  // adds what its waits cost to *timing. A small trivially copyable T (two words at most)
+  // is taken by value, which a caller's loop keeps in registers; any other T by
+  // reference, copied or moved once, into its slot.
   // @note blocks the calling (producer) thread.
   CONVEYOR_HOT_INLINE bool push(T v, wait_timing* timing = nullptr) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+      std::is_nothrow_move_constructible_v<T>)
+    requires by_value
+  {
     // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
     if (emplace(std::move(v))) return true;
     // NOLINTNEXTLINE(bugprone-use-after-move): as above
-    return push_slow(std::move(v), timing);
+    return push_slow<T>(v, timing);
+  }
+  CONVEYOR_HOT_INLINE bool push(T&& v, wait_timing* timing = nullptr) noexcept(
+      std::is_nothrow_move_constructible_v<T>)
+    requires(!by_value)
+  {
+    // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
+    if (emplace(std::move(v))) return true;
+    // NOLINTNEXTLINE(bugprone-use-after-move): as above
+    return push_slow<T&&>(std::move(v), timing);
+  }
+  CONVEYOR_HOT_INLINE bool push(const T& v, wait_timing* timing = nullptr) noexcept(
+      std::is_nothrow_copy_constructible_v<T>)
+    requires(!by_value)
+  {
+    if (emplace(v)) return true;
+    return push_slow<const T&>(v, timing);
   }
 
   // ---- consumer ---------------------------------------------------------------------
@@ -327,18 +353,18 @@ class spsc_ring {
     return pop_unless([] { return false; }, position, timing);
   }
 
-  // push() once the ring was full: wait for room, out of line. v by value: push() never
-  // takes its element's address, so a caller's loop keeps a small element in registers
-  // instead of storing it to the stack and reading it back for each push.
-  [[gnu::noinline]] bool push_slow(T v, wait_timing* timing) noexcept(
-      std::is_nothrow_move_constructible_v<T>) {
+  // push() once the ring was full: wait for room, out of line. V: T (by_value: in
+  // registers), T&& or const T& (as push() took it).
+  template <class V>
+  [[gnu::noinline]] bool push_slow(V v, wait_timing* timing) noexcept(
+      std::is_nothrow_constructible_v<T, V&&>) {
     for (;;) {
       if (closed()) return false;
       // run: room for a second element too (the consumer streams; see wait_point).
       not_full_.wait([this] { return has_room() || closed(); }, [this] { return has_room(2); },
                      timing);
       // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
-      if (emplace(std::move(v))) return true;
+      if (emplace(std::forward<V>(v))) return true;
     }
   }
 
