@@ -11,12 +11,14 @@ NAME=BINARY pairs: the first is the baseline. A second copy of the baseline unde
 name is the control: its ratios show what identical binaries read on this machine (the
 noise). Rows come from the first binary's --benchmark_list_tests; a row another binary
 lacks is left out for it. Rates: items_per_second, the median of --repetitions runs per
-process. --out DIR keeps every run as JSON lines (rows.jsonl) for a second look.
+process. --out DIR keeps every run as JSON lines (rows.jsonl) for a second look. Stopped
+early (SIGTERM, as `timeout` sends, or Ctrl-C), it reports the rounds it finished.
 """
 import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -30,10 +32,16 @@ def list_rows(binary, pattern):
     return [line for line in out.split() if line]
 
 
+def exact(row):
+    """A --benchmark_filter that matches this row alone. Google Benchmark's regex takes
+    no escape for '-' or '/' (Python's re.escape would add some)."""
+    return "^" + re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", row) + "$"
+
+
 def run_row(binary, row, repetitions, scratch):
     """The median items_per_second of one process running one row, or None."""
     path = os.path.join(scratch, "row.json")
-    subprocess.run([binary, "--benchmark_filter=^" + re.escape(row) + "$",
+    subprocess.run([binary, "--benchmark_filter=" + exact(row),
                     "--benchmark_repetitions=%d" % repetitions,
                     "--benchmark_out=" + path, "--benchmark_out_format=json"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -83,23 +91,35 @@ def main():
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         log = open(os.path.join(args.out, "rows.jsonl"), "a")
-    rates = {}  # (row, round, name) -> items/s
-    with tempfile.TemporaryDirectory() as scratch:
-        for r in range(args.rounds):
-            order = binaries if r % 2 == 0 else binaries[::-1]
-            for row in rows:
-                for name, path in order:
-                    rate = run_row(path, row, args.repetitions, scratch)
-                    if rate is None:
-                        continue
-                    rates[(row, r, name)] = rate
-                    if log:
+    rates = {}  # (row, round, name) -> items/s, rounds finished only
+    done = 0
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: report, then end
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            for r in range(args.rounds):
+                order = binaries if r % 2 == 0 else binaries[::-1]
+                this_round = {}
+                for row in rows:
+                    for name, path in order:
+                        rate = run_row(path, row, args.repetitions, scratch)
+                        if rate is not None:
+                            this_round[(row, r, name)] = rate
+                        else:
+                            print("no rate: %s in %s" % (row, name), file=sys.stderr)
+                rates.update(this_round)
+                done += 1
+                if log:
+                    for (row, _, name), rate in this_round.items():
                         log.write(json.dumps({"row": row, "round": r, "binary": name,
                                               "rate": rate, "utc": utc_now()}) + "\n")
-                        log.flush()
-            print("round %d of %d done, %s UTC" % (r + 1, args.rounds, utc_now()),
-                  file=sys.stderr, flush=True)
-    report(rows, [name for name, _ in binaries], rates, args.rounds)
+                    log.flush()
+                print("round %d of %d done, %s UTC" % (r + 1, args.rounds, utc_now()),
+                      file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("stopped after %d of %d rounds" % (done, args.rounds), file=sys.stderr)
+    if done:
+        report(rows, [name for name, _ in binaries], rates, done)
+    return 0 if done == args.rounds else 1
 
 
 def utc_now():
@@ -129,4 +149,4 @@ def report(rows, names, rates, rounds):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

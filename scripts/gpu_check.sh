@@ -28,17 +28,18 @@
 #                             and bare chains on the GPU machine's CPUs (host-only
 #                             binaries, in <build_dir>/benchmarks)
 #          PIPE_FILTER        the host step's bench_pipeline rows
-#          BASE_PIPELINE, ROUNDS (2)  the host step also runs older bench_pipeline binaries
-#                             (one or more, separated by spaces) and this build's,
-#                             alternating, ROUNDS rounds; each run's JSON in
-#                             <out_dir>/pipeline_<base1|base2|...|this>_<round>.json
-#          BASE_RINGS         likewise older bench_rings binaries against this build's,
-#                             over RING_FILTER (default: conveyor's SPSC, rtt and mpmc2x2
-#                             rows), JSON in <out_dir>/rings_<label>_<round>.json
+#          BASE_PIPELINE, ROUNDS (6), COMPARE_S (240)  the host step also compares older
+#                             bench_pipeline binaries (one or more, separated by spaces)
+#                             with this build's, row by row (benchmarks/ab_rows.py), ROUNDS
+#                             rounds or COMPARE_S seconds; every run in
+#                             <out_dir>/pipeline_rows/rows.jsonl
+#          BASE_RINGS         likewise older bench_rings binaries, over RING_FILTER
+#                             (default: conveyor's SPSC, rtt and mpmc2x2 rows), in
+#                             <out_dir>/rings_rows
 #
 # The binaries may be copied to the GPU machine without the rest of the tree: the script
 # needs <build_dir>/{tests/gpu_tests, examples/*, benchmarks/bench_inference} and
-# benchmarks/summarize.py beside this script's folder.
+# benchmarks/summarize.py (and ab_rows.py for BASE_*) beside this script's folder.
 # The spin-gate tests ([gate]) need kernels to run while the host goes on; the sanitizers
 # serialize launches, so those runs take them out. API errors are not reported under
 # memcheck: the tests cause some on purpose (failed allocations, an invalid launch).
@@ -162,31 +163,27 @@ if want host; then
     --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
     --benchmark_out="$out/pipe.json" --benchmark_out_format=json
   grep -h "_median" "$out/pipeline.log"
-  # BASE_PIPELINE / BASE_RINGS: older binaries; ROUNDS rounds of each and of this build's,
-  # alternating (the same filter), so that they are compared within one machine's hour.
-  alternate() {  # alternate <prefix> <older binaries, space-separated> <this build's> <filter>
-    local r i b bin
-    local -a bins
-    read -r -a bins <<<"$2"
-    bins+=("$3")
-    for r in $(seq "${ROUNDS:-2}"); do
-      for i in "${!bins[@]}"; do
-        bin=${bins[$i]}
-        b=base$((i + 1))
-        [ "$i" -eq $((${#bins[@]} - 1)) ] && b=this
-        run "${1}_${b}_$r.log" 60 "$bin" --benchmark_filter="$4" \
-          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-          --benchmark_out="$out/${1}_${b}_$r.json" --benchmark_out_format=json
-        grep -h "_median" "$out/${1}_${b}_$r.log" | sed "s/^/$b $r: /"
-      done
-    done
+  # BASE_PIPELINE / BASE_RINGS: older binaries against this build's, row by row
+  # (benchmarks/ab_rows.py: each row in every binary back to back, the order alternating
+  # per round), with a copy of the first older binary as the control. Cut by its time
+  # limit, it reports the rounds it finished.
+  compare() {  # compare <prefix> <older binaries, space-separated> <this build's> <filter>
+    local i
+    local -a older specs
+    read -r -a older <<<"$2"
+    for i in "${!older[@]}"; do specs+=("base$((i + 1))=${older[$i]}"); done
+    cp "${older[0]}" "$out/${1}_control" && specs+=("control=$out/${1}_control")
+    specs+=("this=$3")
+    run "${1}_rows.log" "${COMPARE_S:-240}" python3 benchmarks/ab_rows.py --filter "$4" \
+      --rounds "${ROUNDS:-6}" --out "$out/${1}_rows" "${specs[@]}"
+    grep -v "^round " "$out/${1}_rows.log"
   }
   if [ -n "${BASE_PIPELINE:-}" ]; then
-    alternate pipeline "$BASE_PIPELINE" "$build/benchmarks/bench_pipeline" "$pipe_filter"
+    compare pipeline "$BASE_PIPELINE" "$build/benchmarks/bench_pipeline" "$pipe_filter"
   fi
   ring_filter=${RING_FILTER:-'^(spsc/conveyor/(try|block)/[0-9]+/min|rtt/conveyor/|mpmc2x2/conveyor/)'}
   if [ -n "${BASE_RINGS:-}" ]; then
-    alternate rings "$BASE_RINGS" "$build/benchmarks/bench_rings" "$ring_filter"
+    compare rings "$BASE_RINGS" "$build/benchmarks/bench_rings" "$ring_filter"
   fi
 fi
 
