@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from summarize import short  # a row's name without Google Benchmark's suffixes (beside this file)
+
 
 def list_rows(binary, pattern):
     out = subprocess.run([binary, "--benchmark_list_tests", "--benchmark_filter=" + pattern],
@@ -57,12 +59,6 @@ def run_row(binary, row, repetitions, scratch):
              if b.get("run_type") == "iteration" and "items_per_second" in b
              and not b.get("error_occurred")]
     return statistics.median(rates) if rates else None
-
-
-def short(row):
-    for suffix in ("/min_time:0.100", "/manual_time", "/real_time", "/iterations:1"):
-        row = row.replace(suffix, "")
-    return row
 
 
 def main():
