@@ -16,8 +16,8 @@
 //
 // Exception guarantees (T's destructor may not throw). A position is claimed before its
 // element is built, and a claimed position must be handed over, so:
-// - try_push(const T&) whose copy may throw copies first, when T's move cannot throw, and
-//   claims only then: a throw adds nothing and claims nothing (strong guarantee).
+// - try_push / push of a const T& whose copy may throw copy first, when T's move cannot
+//   throw, and claim only then: a throw adds nothing and claims nothing (strong guarantee).
 // - Any other construction that throws (try_emplace's, a move that may throw) has already
 //   claimed its position: it leaves it as a hole that consumers skip. Nothing is added,
 //   the ring stays usable, and that one position is never returned by a pop.
@@ -49,6 +49,11 @@ template <class T>
 class mpmc_ring {
   static_assert(std::is_nothrow_destructible_v<T>, "mpmc_ring: T must be nothrow destructible");
   static_assert(std::is_move_constructible_v<T>, "mpmc_ring: T must be move constructible");
+
+  // Whether push() takes its element by value: a caller's loop then keeps a small element
+  // in registers; a larger one is not copied twice (into the parameter, then the slot).
+  static constexpr bool by_value =
+      std::is_trivially_copyable_v<T> && sizeof(T) <= 2 * sizeof(std::uint64_t);
 
  public:
   using value_type = T;
@@ -105,26 +110,31 @@ class mpmc_ring {
   }
 
   // Blocks while full. Returns false, and drops v, once the ring is closed. With timing:
-  // adds what its waits cost to *timing.
+  // adds what its waits cost to *timing. A small trivially copyable T (two words at most)
+  // is taken by value; any other T by reference, copied or moved once, into its slot.
   // @note blocks the calling thread.
-  bool push(T v, wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    for (;;) {
-      // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
-      if (emplace(std::move(v))) return true;
+  bool push(T v, wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>)
+    requires by_value
+  {
+    return push_impl<T>(v, timing);
+  }
+  bool push(T&& v, wait_timing* timing = nullptr) noexcept(std::is_nothrow_move_constructible_v<T>)
+    requires(!by_value)
+  {
+    return push_impl<T&&>(std::move(v), timing);
+  }
+  bool push(const T& v,
+            wait_timing* timing = nullptr) noexcept(std::is_nothrow_copy_constructible_v<T>)
+    requires(!by_value)
+  {
+    if constexpr (!std::is_nothrow_copy_constructible_v<T> &&
+                  std::is_nothrow_move_constructible_v<T>) {
+      // A copy that may throw is made before a position is claimed (see above).
       if (closed()) return false;
-      not_full_.wait(
-          [this] {
-            const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
-            if ((pos & closed_bit) != 0) return true;
-            // acquire: pairs with the release store of seq in free_slot(). Room at pos
-            // (dif == 0), or pos is already stale (dif > 0: another producer has claimed it
-            // since): either way emplace() may succeed now. Only dif < 0 — the slot at the
-            // current enqueue position still holds the previous lap's element — is full,
-            // and then the consumer that frees it notifies after this read (see pop()).
-            const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
-            return static_cast<std::intptr_t>(seq - pos) >= 0;
-          },
-          timing);
+      T copy(v);
+      return push_impl<T&&>(std::move(copy), timing);
+    } else {
+      return push_impl<const T&>(v, timing);
     }
   }
 
@@ -246,6 +256,29 @@ class mpmc_ring {
     }
     publish(*s, pos);
     return true;
+  }
+
+  // push(): V is T (by_value), T&& or const T&, as push() took it.
+  template <class V>
+  bool push_impl(V v, wait_timing* timing) noexcept(std::is_nothrow_constructible_v<T, V&&>) {
+    for (;;) {
+      // NOLINTNEXTLINE(bugprone-use-after-move): emplace() moves v only when it succeeds
+      if (emplace(std::forward<V>(v))) return true;
+      if (closed()) return false;
+      not_full_.wait(
+          [this] {
+            const std::size_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+            if ((pos & closed_bit) != 0) return true;
+            // acquire: pairs with the release store of seq in free_slot(). Room at pos
+            // (dif == 0), or pos is already stale (dif > 0: another producer has claimed it
+            // since): either way emplace() may succeed now. Only dif < 0 — the slot at the
+            // current enqueue position still holds the previous lap's element — is full,
+            // and then the consumer that frees it notifies after this read (see pop()).
+            const std::size_t seq = slots_.data()[pos & mask_].seq.load(std::memory_order_acquire);
+            return static_cast<std::intptr_t>(seq - pos) >= 0;
+          },
+          timing);
+    }
   }
 
   void publish(slot& s, std::size_t pos) noexcept {

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "ring_tests.hpp"
@@ -297,6 +298,65 @@ TEST_CASE("mpmc_ring: throwing copies, moves and constructions keep the ring who
     for (int i = 0; i < 4; ++i) REQUIRE(ring.try_emplace(10 + i));
     for (int i = 0; i < 2; ++i) REQUIRE(ring.try_pop());
     // Two left inside when the ring goes.
+  }
+  CHECK(fragile::live.load() == 0);
+}
+
+TEST_CASE("mpmc_ring: push moves or copies a larger element once, into its slot") {
+  using t::fragile;
+  using t::fragile_copy;
+  static_assert(!std::is_trivially_copyable_v<fragile>);
+  fragile::live.store(0);
+  {
+    mpmc_ring<fragile> ring{2};
+    fragile::moves.store(0);
+    REQUIRE(ring.push(fragile{1}));
+    CHECK(fragile::moves.load() == 1);  // the temporary into the slot
+    const fragile two{2};
+    fragile::moves.store(0);
+    REQUIRE(ring.push(two));  // copied into the slot, no move on the way
+    CHECK(fragile::moves.load() == 0);
+    // Full: a push waits for the room a pop makes, then moves its element in once.
+    fragile::moves.store(0);
+    bool pushed = false;
+    std::thread producer{[&] { pushed = ring.push(fragile{3}); }};
+    auto first = ring.pop();
+    producer.join();
+    CHECK(pushed);
+    REQUIRE(first);
+    CHECK(first->value == 1);
+    CHECK(fragile::moves.load() == 2);  // the popped element out, the pushed one in
+    CHECK(ring.pop()->value == 2);
+    CHECK(ring.pop()->value == 3);
+  }
+  CHECK(fragile::live.load() == 0);
+  {
+    // A copy that may throw, with a move that cannot: copied first, then moved in once;
+    // the throw claimed no position.
+    mpmc_ring<fragile_copy> ring{4};
+    const fragile_copy one{1};
+    fragile::throw_on_copy = true;
+    REQUIRE_THROWS_AS(ring.push(one), std::runtime_error);
+    fragile::moves.store(0);
+    REQUIRE(ring.push(one));
+    CHECK(fragile::moves.load() == 1);
+    std::size_t pos = 99;
+    CHECK(ring.try_pop(&pos)->value == 1);
+    CHECK(pos == 0);
+  }
+  CHECK(fragile::live.load() == 0);
+  {
+    // A copy and a move that may both throw: the copy is made in the slot, and a throw
+    // leaves the position it claimed as a hole that pops skip.
+    mpmc_ring<fragile> ring{4};
+    const fragile one{1};
+    fragile::throw_on_copy = true;
+    REQUIRE_THROWS_AS(ring.push(one), std::runtime_error);
+    REQUIRE(ring.push(one));
+    std::size_t pos = 99;
+    CHECK(ring.try_pop(&pos)->value == 1);
+    CHECK(pos == 1);
+    CHECK_FALSE(ring.try_pop());
   }
   CHECK(fragile::live.load() == 0);
 }
