@@ -267,6 +267,26 @@ TEST_CASE("pipeline: a link that can grow moves at a full ring and keeps the ord
   CHECK(detail::ring_link<int>(2, {.pushers = 1, .poppers = 1}, 16).can_grow());
   CHECK_FALSE(detail::ring_link<int>(8, {.pushers = 1, .poppers = 1}, 8).can_grow());
   CHECK_FALSE(detail::ring_link<int>(8, {.pushers = 2, .poppers = 1}, 64).can_grow());
+  // An SPSC link without a reserve takes the same path and never moves: grow(true) does
+  // nothing, a full ring stays full, and its pops' positions count on.
+  detail::ring_link<int> fixed{4, {.pushers = 1, .poppers = 1}};
+  fixed.grow(true);
+  CHECK(fixed.reserve() == 4);
+  for (int lap = 0; lap < 3; ++lap) {
+    for (int i = 0; i < 4; ++i) REQUIRE(fixed.try_push(int{lap * 4 + i}));
+    REQUIRE_FALSE(fixed.try_push(int{99}));
+    CHECK(fixed.size_approx() == 4);
+    for (int i = 0; i < 4; ++i) {
+      std::size_t pos = 99;
+      auto v = i % 2 == 0 ? fixed.try_pop(&pos) : fixed.pop(&pos);
+      REQUIRE(v);
+      CHECK(*v == lap * 4 + i);
+      CHECK(pos == static_cast<std::size_t>(lap * 4 + i));
+    }
+    REQUIRE_FALSE(fixed.try_pop().has_value());
+  }
+  CHECK(fixed.popped() == 12);
+  CHECK(fixed.deepest() == 4);
   // A reserve asked for after a close is not made: nothing can move into an open ring.
   detail::ring_link<int> closed{4, {.pushers = 1, .poppers = 1}, 16};
   closed.close();

@@ -35,8 +35,8 @@
 // made (p == c mod gcd(P, C): the diagonal where P == C).
 //
 // The choice is made once at construction; every call is one predictable branch (two
-// for the lanes and for a link that can grow; none through a lane_port(), for a thread
-// that knows its link has lanes).
+// for the lanes and the MPMC ring; none through a lane_port(), for a thread that knows
+// its link has lanes).
 //
 // Growing: an SPSC link may be given a reserve (a deeper ring beside its ring). grow(true)
 // asks its producer to move there, grow(false) to move back. The producer moves at its
@@ -48,11 +48,11 @@
 // switch point says, then follows. The other ring is empty when the producer moves into
 // it (it moves again only after the consumer has followed), each ring is FIFO, and the
 // switch points chain the stretches, so the order holds however often the producer moves
-// back and forth. The common push (a ring with room)
-// and pop (an element there) cost what they cost on any SPSC link, plus the branch and,
-// for the consumer, its count (popped(): what the positions of its pops count). The
-// pipeline asks a ring to grow where its two stage threads share a CPU (see
-// pipeline.hpp, ring_growth). The reserve is made at the first grow(true), on the
+// back and forth. Every SPSC link takes this path, reserve or not (a stage's loop then
+// inlines one SPSC path, not two): its common push (a ring with room) and pop (an element
+// there) cost the ring's, plus a count on each side (popped(): what the positions of its
+// pops count). The pipeline asks a ring to grow where its two stage threads share a CPU
+// (see pipeline.hpp, ring_growth). The reserve is made at the first grow(true), on the
 // caller's thread, and kept until the link goes: a link that never grows costs no more
 // memory than one that cannot. close() and the reserve's making exclude each other (a
 // spin flag, both rare), so a reserve is either made before a close() closes it too, or
@@ -125,7 +125,7 @@ class ring_link {
       lanes_ = make_box<lane_set>(capacity, ends.pushers, ends.poppers);
     } else if (ends.single()) {
       batch_wakeups(spsc_.emplace(capacity));
-      if (reserve > capacity) grow_.emplace(reserve, &*spsc_);
+      grow_.emplace(reserve > capacity ? reserve : capacity, &*spsc_);
     } else {
       batch_wakeups(mpmc_.emplace(capacity));
     }
@@ -147,12 +147,12 @@ class ring_link {
   bool is_lanes() const noexcept { return lanes_ != nullptr; }
 
   // Whether the link has a reserve to grow into.
-  bool can_grow() const noexcept { return grow_.has_value(); }
+  bool can_grow() const noexcept { return grow_ && grow_->reserve > spsc_->capacity(); }
   // Asks the producer to move to the reserve (true) or back (false); see "Growing".
   // The first grow(true) makes the reserve; if that fails (out of memory), the link
   // stays where it is.
   void grow(bool deep) noexcept {
-    if (!grow_) return;
+    if (!can_grow()) return;
     if (deep && grow_->deep.load(std::memory_order_relaxed) == nullptr && !grow_->make_deep())
       return;  // relaxed: only this thread (grow()'s) writes the pointer
     // release: pairs with the producer's acquire in move_wanted(): a producer asked to
@@ -162,8 +162,8 @@ class ring_link {
   // The reserve's capacity (capacity() for a link that cannot grow), and the deepest
   // ring the producer has moved to so far.
   std::size_t reserve() const noexcept { return grow_ ? grow_->reserve : capacity(); }
-  // How many elements the consumer has taken (a link that can grow; else 0): what the
-  // positions of its pops count, across the moves between the two rings.
+  // How many elements the consumer has taken (an SPSC link; else 0): what the positions
+  // of its pops count, across the moves between the two rings.
   std::size_t popped() const noexcept {
     return grow_ ? grow_->popped.load(std::memory_order_relaxed) : 0;  // relaxed: a count
   }
@@ -208,8 +208,7 @@ class ring_link {
   // stop after its element. How many f was given (0: none there). See spsc_ring::drain.
   template <class F>
   CONVEYOR_HOT_INLINE std::size_t drain(F& f, std::size_t max) noexcept {
-    if (grow_) return grow_->drain(f, max);
-    return spsc_->drain(f, max);
+    return grow_->drain(f, max);
   }
   // Blocks while empty; nullopt only when closed and drained. With timing: adds what its
   // waits cost to *timing (see detail::wait_timing).
@@ -220,20 +219,18 @@ class ring_link {
   }
   std::optional<T> pop_until(std::chrono::steady_clock::time_point deadline) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (grow_) return grow_->pop_until(deadline);
-    if (spsc_) return spsc_->pop_until(deadline);
+    if (spsc_) return grow_->pop_until(deadline);
     if (mpmc_) return mpmc_->pop_until(deadline);
     return lanes_->pop_until(0, deadline);
   }
   // Once no thread pushes or pops (after join): any element left, from any lane.
   std::optional<T> take_any() noexcept(std::is_nothrow_move_constructible_v<T>) {
-    if (grow_) {  // both rings
+    if (spsc_) {  // both rings
       for (hop_ring<T>* ring : {&*spsc_, grow_->deep.load(std::memory_order_acquire)})
         if (ring != nullptr)  // null: no reserve made
           if (auto v = ring->try_pop()) return v;
       return std::nullopt;
     }
-    if (spsc_) return spsc_->try_pop();
     if (mpmc_) return mpmc_->try_pop();
     for (auto& lane : lanes_->rings)
       if (lane)
@@ -263,11 +260,10 @@ class ring_link {
     return n;
   }
   std::size_t size_approx() const noexcept {
-    if (grow_) {
+    if (spsc_) {
       const hop_ring<T>* deep = grow_->deep.load(std::memory_order_acquire);
       return spsc_->size_approx() + (deep ? deep->size_approx() : 0);
     }
-    if (spsc_) return spsc_->size_approx();
     if (mpmc_) return mpmc_->size_approx();
     std::size_t n = 0;
     for (const auto& lane : lanes_->rings)
@@ -282,15 +278,13 @@ class ring_link {
   // The calls of end `end` (a port): with lanes, that end's lane; else the one ring.
   CONVEYOR_HOT_INLINE bool try_push_at(std::size_t end,
                                        T&& v) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    if (spsc_) return grow_ ? grow_->try_push(std::move(v)) : spsc_->try_push(std::move(v));
+    if (spsc_) return grow_->try_push(std::move(v));
     if (mpmc_) return mpmc_->try_push(std::move(v));
     return lanes_->try_push(end, std::move(v));
   }
   template <class... Args>
   CONVEYOR_HOT_INLINE bool try_emplace_at(std::size_t end, Args&&... args) noexcept {
-    if (spsc_)
-      return grow_ ? grow_->try_emplace(std::forward<Args>(args)...)
-                   : spsc_->try_emplace(std::forward<Args>(args)...);
+    if (spsc_) return grow_->try_emplace(std::forward<Args>(args)...);
     if (mpmc_) return mpmc_->try_emplace(std::forward<Args>(args)...);
     return lanes_->try_emplace(end, std::forward<Args>(args)...);
   }
@@ -298,22 +292,19 @@ class ring_link {
   // compiler (a stage inlines them in each of its waits otherwise).
   bool push_at(std::size_t end, T&& v,
                wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    if (grow_) return grow_->push(std::move(v), timing);
-    if (spsc_) return spsc_->push(std::move(v), timing);
+    if (spsc_) return grow_->push(std::move(v), timing);
     if (mpmc_) return mpmc_->push(std::move(v), timing);
     return lanes_->push(end, std::move(v), timing);
   }
   CONVEYOR_HOT_INLINE std::optional<T> try_pop_at(std::size_t end, std::size_t* position) noexcept(
       std::is_nothrow_move_constructible_v<T>) {
-    if (grow_) return grow_->try_pop(position);
-    if (spsc_) return spsc_->try_pop(position);
+    if (spsc_) return grow_->try_pop(position);
     if (mpmc_) return mpmc_->try_pop(position);
     return lanes_->try_pop(end, position);
   }
   std::optional<T> pop_at(std::size_t end, std::size_t* position,
                           wait_timing* timing) noexcept(std::is_nothrow_move_constructible_v<T>) {
-    if (grow_) return grow_->pop(position, timing);
-    if (spsc_) return spsc_->pop(position, timing);
+    if (spsc_) return grow_->pop(position, timing);
     if (mpmc_) return mpmc_->pop(position, timing);
     return lanes_->pop(end, position, timing);
   }
@@ -590,7 +581,7 @@ class ring_link {
       popped.store(n + 1, std::memory_order_relaxed);
     }
 
-    const std::size_t reserve;                // the reserve's capacity
+    const std::size_t reserve;                // the reserve's capacity (the ring's: none)
     box<hop_ring<T>> made_;                   // the reserve, once made (grow()'s thread)
     std::atomic<hop_ring<T>*> deep{nullptr};  // made_, published; null until then
     hop_ring<T>* const shallow_;
@@ -611,7 +602,9 @@ class ring_link {
   std::optional<hop_ring<T>> spsc_;
   std::optional<mpmc_ring<T>> mpmc_;
   box<lane_set> lanes_;
-  std::optional<grow_set> grow_;  // with spsc_ only
+  // With spsc_, always, whether or not it has a reserve (can_grow()): an SPSC link's
+  // calls all go through it, so a stage's loop inlines one SPSC path, not two.
+  std::optional<grow_set> grow_;
 };
 
 // One thread's end of a ring_link: with lanes, the pusher or popper `index` of its side;
