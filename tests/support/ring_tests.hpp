@@ -151,6 +151,40 @@ struct fragile_copy : fragile {
   fragile_copy(fragile_copy&& o) noexcept : fragile(o.value, never_throws{}) { ++moves; }
 };
 
+// push() of an element that is not small and trivially copyable takes it by reference:
+// a temporary is moved into its slot once, an lvalue copied there with no move, and a
+// push that finds the ring full moves its element in once, after a pop makes room.
+template <template <class> class Ring>
+void check_push_moves_once() {
+  fragile::live.store(0);
+  {
+    Ring<fragile> ring{2};
+    fragile::moves.store(0);
+    REQUIRE(ring.push(fragile{1}));
+    CHECK(fragile::moves.load() == 1);  // the temporary into the slot
+    const fragile two{2};
+    fragile::moves.store(0);
+    REQUIRE(ring.push(two));  // copied into the slot, no move on the way
+    CHECK(fragile::moves.load() == 0);
+    fragile::moves.store(0);
+    bool pushed = false;
+    std::thread producer{[&] { pushed = ring.push(fragile{3}); }};
+    auto first = ring.pop();
+    producer.join();
+    CHECK(pushed);
+    REQUIRE(first);
+    CHECK(first->value == 1);
+    CHECK(fragile::moves.load() == 2);  // the popped element out, the pushed one in
+    auto second = ring.pop();
+    auto third = ring.pop();
+    REQUIRE(second);
+    REQUIRE(third);
+    CHECK(second->value == 2);
+    CHECK(third->value == 3);
+  }
+  CHECK(fragile::live.load() == 0);
+}
+
 // try_emplace builds the element in its slot from the arguments, and leaves them alone
 // when it fails (full or closed), so the caller can still push them another way.
 template <template <class> class Ring>

@@ -306,30 +306,7 @@ TEST_CASE("mpmc_ring: push moves or copies a larger element once, into its slot"
   using t::fragile;
   using t::fragile_copy;
   static_assert(!std::is_trivially_copyable_v<fragile>);
-  fragile::live.store(0);
-  {
-    mpmc_ring<fragile> ring{2};
-    fragile::moves.store(0);
-    REQUIRE(ring.push(fragile{1}));
-    CHECK(fragile::moves.load() == 1);  // the temporary into the slot
-    const fragile two{2};
-    fragile::moves.store(0);
-    REQUIRE(ring.push(two));  // copied into the slot, no move on the way
-    CHECK(fragile::moves.load() == 0);
-    // Full: a push waits for the room a pop makes, then moves its element in once.
-    fragile::moves.store(0);
-    bool pushed = false;
-    std::thread producer{[&] { pushed = ring.push(fragile{3}); }};
-    auto first = ring.pop();
-    producer.join();
-    CHECK(pushed);
-    REQUIRE(first);
-    CHECK(first->value == 1);
-    CHECK(fragile::moves.load() == 2);  // the popped element out, the pushed one in
-    CHECK(ring.pop()->value == 2);
-    CHECK(ring.pop()->value == 3);
-  }
-  CHECK(fragile::live.load() == 0);
+  t::check_push_moves_once<mpmc_ring>();
   {
     // A copy that may throw, with a move that cannot: copied first, then moved in once;
     // the throw claimed no position.
