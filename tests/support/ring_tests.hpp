@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -156,6 +157,7 @@ struct fragile_copy : fragile {
 // push that finds the ring full moves its element in once, after a pop makes room.
 template <template <class> class Ring>
 void check_push_moves_once() {
+  static_assert(!std::is_trivially_copyable_v<fragile>);
   fragile::live.store(0);
   {
     Ring<fragile> ring{2};

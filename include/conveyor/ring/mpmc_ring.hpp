@@ -50,10 +50,10 @@ class mpmc_ring {
   static_assert(std::is_nothrow_destructible_v<T>, "mpmc_ring: T must be nothrow destructible");
   static_assert(std::is_move_constructible_v<T>, "mpmc_ring: T must be move constructible");
 
-  // Whether push() takes its element by value: a caller's loop then keeps a small element
-  // in registers; a larger one is not copied twice (into the parameter, then the slot).
-  static constexpr bool by_value =
-      std::is_trivially_copyable_v<T> && sizeof(T) <= 2 * sizeof(std::uint64_t);
+  static constexpr bool by_value = detail::push_by_value<T>;  // see detail::push_by_value
+  // A const T& whose copy may throw is copied before a position is claimed (see above).
+  static constexpr bool copy_first =
+      !std::is_nothrow_copy_constructible_v<T> && std::is_nothrow_move_constructible_v<T>;
 
  public:
   using value_type = T;
@@ -89,9 +89,7 @@ class mpmc_ring {
     return emplace(std::move(v));
   }
   [[nodiscard]] bool try_push(const T& v) noexcept(std::is_nothrow_copy_constructible_v<T>) {
-    if constexpr (!std::is_nothrow_copy_constructible_v<T> &&
-                  std::is_nothrow_move_constructible_v<T>) {
-      // A copy that may throw is made before a position is claimed (see above).
+    if constexpr (copy_first) {
       if (closed()) return false;
       T copy(v);
       return emplace(std::move(copy));
@@ -127,9 +125,7 @@ class mpmc_ring {
             wait_timing* timing = nullptr) noexcept(std::is_nothrow_copy_constructible_v<T>)
     requires(!by_value)
   {
-    if constexpr (!std::is_nothrow_copy_constructible_v<T> &&
-                  std::is_nothrow_move_constructible_v<T>) {
-      // A copy that may throw is made before a position is claimed (see above).
+    if constexpr (copy_first) {
       if (closed()) return false;
       T copy(v);
       return push_impl<T&&>(std::move(copy), timing);

@@ -99,11 +99,7 @@ class spsc_ring {
                 "spsc_ring: line_turns needs an element that fits in a cache line beside an "
                 "8-byte turn word; use cached_head (the default for larger elements)");
 
-  // Whether push() takes its element by value: push() then never takes its address, so
-  // a caller's loop keeps a small element in registers instead of storing it to the
-  // stack and reading it back for each push. A larger one is not copied twice.
-  static constexpr bool by_value =
-      std::is_trivially_copyable_v<T> && sizeof(T) <= 2 * sizeof(std::uint64_t);
+  static constexpr bool by_value = detail::push_by_value<T>;  // see detail::push_by_value
 
  public:
   using value_type = T;
