@@ -644,28 +644,45 @@ TEST_CASE("pipeline: placement by load is not fooled by a stage that runs ahead"
   // run), so by the wall clock it is as busy as the slow one; per item it costs two
   // thirds of it. The slow stage must end up on a CPU of its own.
   constexpr int n = 600;
-  std::vector<int> first_cpus, slow_cpus, last_cpus;
-  const auto stage = [](std::chrono::microseconds cost, std::vector<int>& cpus) {
-    return [cost, &cpus](int x) {
+  // Each CPU set is compared with one read while the other stage still ran: a stage that
+  // has finished leaves the placer, which may then move the last stage onto its CPU.
+  // The last stage reads its CPUs on every item and keeps a read only if the other stage
+  // had not finished when it was made (the flag is checked after the read).
+  std::vector<int> first_cpus, slow_cpus, last_while_first, last_while_slow;
+  std::atomic<bool> first_done{false}, slow_done{false};
+  const auto stage = [](std::chrono::microseconds cost, std::vector<int>& cpus,
+                        std::atomic<bool>& done) {
+    return [cost, &cpus, &done](int x) {
       test::burn_thread_cpu(cost);
-      if (x == n - 1) cpus = my_cpus();
+      if (x == n - 1) {
+        cpus = my_cpus();
+        done = true;
+      }
       return x;
     };
   };
   using std::chrono::microseconds;
-  pipeline p{from_range(std::views::iota(0, n)) | map(stage(microseconds(200), first_cpus)) |
-                 map(stage(microseconds(300), slow_cpus)) |
-                 map(stage(microseconds(100), last_cpus)) | sink([](int) {}),
+  pipeline p{from_range(std::views::iota(0, n)) |
+                 map(stage(microseconds(200), first_cpus, first_done)) |
+                 map(stage(microseconds(300), slow_cpus, slow_done)) | map([&](int x) {
+                   test::burn_thread_cpu(microseconds(100));
+                   const std::vector<int> cpus = my_cpus();
+                   if (!first_done) last_while_first = cpus;
+                   if (!slow_done) last_while_slow = cpus;
+                   return x;
+                 }) |
+                 sink([](int) {}),
              pipeline_options{.placement = thread_placement::by_load,
                               .placement_period = std::chrono::milliseconds(10)}};
   const report r = p.run();
   REQUIRE(r.completed == n);
   REQUIRE(slow_cpus.size() == 1);
   REQUIRE(first_cpus.size() == 1);
-  REQUIRE(last_cpus.size() == 1);
+  REQUIRE(last_while_first.size() == 1);
+  REQUIRE(last_while_slow.size() == 1);
   CHECK(slow_cpus != first_cpus);
-  CHECK(slow_cpus != last_cpus);
+  CHECK(slow_cpus != last_while_slow);
   // With two CPUs the other two share the second; with more each may have its own.
-  if (my_cpus().size() == 2) CHECK(first_cpus == last_cpus);
+  if (my_cpus().size() == 2) CHECK(first_cpus == last_while_first);
 }
 #endif
