@@ -596,27 +596,41 @@ TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light one
     WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
     return;
   }
-  // Each map stage records the CPUs it may run on when it sees the middle item: by then
-  // the placer (every 10 ms) has pinned every worker to one CPU and has no plan worth
-  // moving to. The sink is not checked: its load is next to nothing, so sharing the heavy
-  // stage's CPU costs that CPU nothing, and the placer rightly leaves it there when it
-  // got there first (3 runs in 30 did, on this 2-CPU machine).
+  // Each map stage records the CPUs it may run on, as late as all three still run: light
+  // a, which runs ahead (its output ring holds every item), at its last item; the others
+  // at every item until light a has finished (the flag is checked after the read). By
+  // then the placer (every 10 ms) has pinned every worker to one CPU and has no plan
+  // worth moving to; once light a has finished it may rightly move the others. The sink
+  // is not checked: its load is next to nothing, so sharing the heavy stage's CPU costs
+  // that CPU nothing, and the placer rightly leaves it there when it got there first (3
+  // runs in 30 did, on this 2-CPU machine).
   constexpr int n = 400;
   std::vector<int> heavy_cpus, light_a_cpus, light_b_cpus;
-  const auto light = [](std::vector<int>& cpus) {
-    return [&cpus](int x) {
-      test::burn_thread_cpu(std::chrono::microseconds(100));
-      if (x == n / 2) cpus = my_cpus();
-      return x;
-    };
+  std::atomic<bool> light_a_done{false};
+  const auto record = [&](std::vector<int>& cpus) {
+    const std::vector<int> now = my_cpus();
+    if (!light_a_done) cpus = now;
   };
-  pipeline p{from_range(std::views::iota(0, n)) | map(light(light_a_cpus)).name("light a") |
+  pipeline p{from_range(std::views::iota(0, n)) |
+                 map([&](int x) {
+                   test::burn_thread_cpu(std::chrono::microseconds(100));
+                   if (x == n - 1) {
+                     light_a_cpus = my_cpus();
+                     light_a_done = true;
+                   }
+                   return x;
+                 }).name("light a") |
                  map([&](int x) {
                    test::burn_thread_cpu(std::chrono::microseconds(300));
-                   if (x == n / 2) heavy_cpus = my_cpus();
+                   record(heavy_cpus);
                    return x;
                  }).name("heavy") |
-                 map(light(light_b_cpus)).name("light b") | sink([](int) {}),
+                 map([&](int x) {
+                   test::burn_thread_cpu(std::chrono::microseconds(100));
+                   record(light_b_cpus);
+                   return x;
+                 }).name("light b") |
+                 sink([](int) {}),
              pipeline_options{.placement = thread_placement::by_load,
                               .placement_period = std::chrono::milliseconds(10)}};
   const report r = p.run();
