@@ -15,6 +15,7 @@
 #include <ranges>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "conveyor/base/clock.hpp"
@@ -302,6 +303,15 @@ TEST_CASE("pipeline: placement by load needs a sane period") {
 namespace {
 // The CPUs this thread may run on.
 std::vector<int> my_cpus() { return conveyor::allowed_cpus(); }
+
+// Keeps the CPUs this thread may run on now if `other_done` was not yet set when they were
+// read (the flag is checked after the read): called on every item, it leaves the latest
+// read made while another stage still ran. A stage that has finished leaves the placer,
+// which may then rightly move the others, so CPU sets are compared only while all ran.
+void keep_cpus_while(std::vector<int>& kept, const std::atomic<bool>& other_done) {
+  std::vector<int> now = my_cpus();
+  if (!other_done) kept = std::move(now);
+}
 
 // How many CPUs a thread may run on.
 std::size_t cpus_of(pthread_t t) {
@@ -596,21 +606,16 @@ TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light one
     WARN("fewer than 2 CPUs allowed: placement pins nothing, nothing to check");
     return;
   }
-  // Each map stage records the CPUs it may run on, as late as all three still run: light
-  // a, which runs ahead (its output ring holds every item), at its last item; the others
-  // at every item until light a has finished (the flag is checked after the read). By
-  // then the placer (every 10 ms) has pinned every worker to one CPU and has no plan
-  // worth moving to; once light a has finished it may rightly move the others. The sink
-  // is not checked: its load is next to nothing, so sharing the heavy stage's CPU costs
-  // that CPU nothing, and the placer rightly leaves it there when it got there first (3
-  // runs in 30 did, on this 2-CPU machine).
+  // Each map stage records the CPUs it may run on as late as all three still run: light
+  // a, which runs ahead (its output ring holds every item), at its last item, the others
+  // while light a runs (keep_cpus_while). By then the placer (every 10 ms) has pinned
+  // every worker to one CPU and has no plan worth moving to. The sink is not checked: its
+  // load is next to nothing, so sharing the heavy stage's CPU costs that CPU nothing, and
+  // the placer rightly leaves it there when it got there first (3 runs in 30 did, on
+  // this 2-CPU machine).
   constexpr int n = 400;
   std::vector<int> heavy_cpus, light_a_cpus, light_b_cpus;
   std::atomic<bool> light_a_done{false};
-  const auto record = [&](std::vector<int>& cpus) {
-    const std::vector<int> now = my_cpus();
-    if (!light_a_done) cpus = now;
-  };
   pipeline p{from_range(std::views::iota(0, n)) |
                  map([&](int x) {
                    test::burn_thread_cpu(std::chrono::microseconds(100));
@@ -622,12 +627,12 @@ TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light one
                  }).name("light a") |
                  map([&](int x) {
                    test::burn_thread_cpu(std::chrono::microseconds(300));
-                   record(heavy_cpus);
+                   keep_cpus_while(heavy_cpus, light_a_done);
                    return x;
                  }).name("heavy") |
                  map([&](int x) {
                    test::burn_thread_cpu(std::chrono::microseconds(100));
-                   record(light_b_cpus);
+                   keep_cpus_while(light_b_cpus, light_a_done);
                    return x;
                  }).name("light b") |
                  sink([](int) {}),
@@ -658,10 +663,8 @@ TEST_CASE("pipeline: placement by load is not fooled by a stage that runs ahead"
   // run), so by the wall clock it is as busy as the slow one; per item it costs two
   // thirds of it. The slow stage must end up on a CPU of its own.
   constexpr int n = 600;
-  // Each CPU set is compared with one read while the other stage still ran: a stage that
-  // has finished leaves the placer, which may then move the last stage onto its CPU.
-  // The last stage reads its CPUs on every item and keeps a read only if the other stage
-  // had not finished when it was made (the flag is checked after the read).
+  // Each stage reads its CPUs at its last item; the last stage keeps a read made while
+  // each of the other two still ran (keep_cpus_while) to compare with it.
   std::vector<int> first_cpus, slow_cpus, last_while_first, last_while_slow;
   std::atomic<bool> first_done{false}, slow_done{false};
   const auto stage = [](std::chrono::microseconds cost, std::vector<int>& cpus,
@@ -680,9 +683,8 @@ TEST_CASE("pipeline: placement by load is not fooled by a stage that runs ahead"
                  map(stage(microseconds(200), first_cpus, first_done)) |
                  map(stage(microseconds(300), slow_cpus, slow_done)) | map([&](int x) {
                    test::burn_thread_cpu(microseconds(100));
-                   const std::vector<int> cpus = my_cpus();
-                   if (!first_done) last_while_first = cpus;
-                   if (!slow_done) last_while_slow = cpus;
+                   keep_cpus_while(last_while_first, first_done);
+                   keep_cpus_while(last_while_slow, slow_done);
                    return x;
                  }) |
                  sink([](int) {}),
