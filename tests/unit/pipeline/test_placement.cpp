@@ -304,10 +304,16 @@ namespace {
 // The CPUs this thread may run on.
 std::vector<int> my_cpus() { return conveyor::allowed_cpus(); }
 
-// Keeps the CPUs this thread may run on now if `other_done` was not yet set when they were
-// read (the flag is checked after the read): called on every item, it leaves the latest
-// read made while another stage still ran. A stage that has finished leaves the placer,
-// which may then rightly move the others, so CPU sets are compared only while all ran.
+// CPU sets read by two stages are compared only from reads made while both ran: a stage
+// that has finished leaves the placer, which may then rightly move the others. One stage
+// reads its CPUs at its last item (x == n - 1), then sets `done`; the other, on every
+// item, keeps what it read only if `done` was not yet set (checked after the read), so
+// it is left with its latest read made while the first still ran.
+void read_cpus_at_last(int x, int n, std::vector<int>& cpus, std::atomic<bool>& done) {
+  if (x != n - 1) return;
+  cpus = my_cpus();
+  done = true;
+}
 void keep_cpus_while(std::vector<int>& kept, const std::atomic<bool>& other_done) {
   std::vector<int> now = my_cpus();
   if (!other_done) kept = std::move(now);
@@ -607,22 +613,19 @@ TEST_CASE("pipeline: placement by load pins the heavy stage alone, the light one
     return;
   }
   // Each map stage records the CPUs it may run on as late as all three still run: light
-  // a, which runs ahead (its output ring holds every item), at its last item, the others
-  // while light a runs (keep_cpus_while). By then the placer (every 10 ms) has pinned
-  // every worker to one CPU and has no plan worth moving to. The sink is not checked: its
-  // load is next to nothing, so sharing the heavy stage's CPU costs that CPU nothing, and
-  // the placer rightly leaves it there when it got there first (3 runs in 30 did, on
-  // this 2-CPU machine).
+  // a, which runs ahead (its output ring holds every item), at its last item
+  // (read_cpus_at_last), the others while light a runs (keep_cpus_while). By then the
+  // placer (every 10 ms) has pinned every worker to one CPU and has no plan worth moving
+  // to. The sink is not checked: its load is next to nothing, so sharing the heavy
+  // stage's CPU costs that CPU nothing, and the placer rightly leaves it there when it
+  // got there first (3 runs in 30 did, on this 2-CPU machine).
   constexpr int n = 400;
   std::vector<int> heavy_cpus, light_a_cpus, light_b_cpus;
   std::atomic<bool> light_a_done{false};
   pipeline p{from_range(std::views::iota(0, n)) |
                  map([&](int x) {
                    test::burn_thread_cpu(std::chrono::microseconds(100));
-                   if (x == n - 1) {
-                     light_a_cpus = my_cpus();
-                     light_a_done = true;
-                   }
+                   read_cpus_at_last(x, n, light_a_cpus, light_a_done);
                    return x;
                  }).name("light a") |
                  map([&](int x) {
@@ -663,18 +666,15 @@ TEST_CASE("pipeline: placement by load is not fooled by a stage that runs ahead"
   // run), so by the wall clock it is as busy as the slow one; per item it costs two
   // thirds of it. The slow stage must end up on a CPU of its own.
   constexpr int n = 600;
-  // Each stage reads its CPUs at its last item; the last stage keeps a read made while
-  // each of the other two still ran (keep_cpus_while) to compare with it.
+  // The first two stages read their CPUs at their last item (read_cpus_at_last); the
+  // last stage keeps a read made while each of them still ran (keep_cpus_while).
   std::vector<int> first_cpus, slow_cpus, last_while_first, last_while_slow;
   std::atomic<bool> first_done{false}, slow_done{false};
   const auto stage = [](std::chrono::microseconds cost, std::vector<int>& cpus,
                         std::atomic<bool>& done) {
     return [cost, &cpus, &done](int x) {
       test::burn_thread_cpu(cost);
-      if (x == n - 1) {
-        cpus = my_cpus();
-        done = true;
-      }
+      read_cpus_at_last(x, n, cpus, done);
       return x;
     };
   };
